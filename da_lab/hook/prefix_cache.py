@@ -1,0 +1,37 @@
+"""Keep KV written under a DA mask out of vLLM's prefix cache.
+
+Prefix caching hashes full blocks by their token ids. A response block of a DA request may hold
+K/V computed while blocks were hidden; served to another request with the same tokens it would
+pass for unmasked K/V. So for DA requests only the prompt's full blocks (written by an unmasked
+prefill) are offered to the cache; their response blocks never are. Requests without a DA layout
+are untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .state import EXTRA_LAYOUT
+
+
+def _cap(request, num_tokens: int) -> int:
+    sp = getattr(request, "sampling_params", None)
+    ex = sp.extra_args if sp is not None else None
+    if ex and EXTRA_LAYOUT in ex:
+        return min(num_tokens, request.num_prompt_tokens)
+    return num_tokens
+
+
+def install() -> None:
+    from vllm.v1.core.kv_cache_coordinator import KVCacheCoordinator
+
+    orig = KVCacheCoordinator.cache_blocks
+    if getattr(orig, "_da_wrapped", False):
+        return
+
+    @functools.wraps(orig)
+    def cache_blocks(self, request, num_computed_tokens, *args, **kwargs):
+        return orig(self, request, _cap(request, num_computed_tokens), *args, **kwargs)
+
+    cache_blocks._da_wrapped = True
+    KVCacheCoordinator.cache_blocks = cache_blocks

@@ -1,0 +1,206 @@
+"""Per-request DA state and the per-step rewrite, independent of vLLM's classes.
+
+The adapters in `v1.py` hand this module plain arrays (request ids, output token lists, the
+staged block-table rows, seq_lens); it returns the rows and seq_lens the kernel should read.
+Keeping vLLM out of here keeps the bookkeeping testable and the version differences in one place.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..layout import Layout
+from ..mask import kept_blocks
+from ..tags import Directive, Event, Mode, TagStream
+
+EXTRA_LAYOUT = "da_layout"      # SamplingParams.extra_args key: Layout.to_dict()
+EXTRA_DIRECTOR = "da_director"  # [[output_index, [token ids]], ...]
+EXTRA_ID = "da_id"              # the caller's request id (the worker sees an internal one)
+
+
+@dataclass
+class RequestState:
+    req_id: str
+    da_id: str
+    layout: Layout
+    stream: TagStream
+    decoder: object                   # tokenizers.decoders.DecodeStream
+    n_seen: int = 0                   # output tokens already fed to the stream
+    text: str = ""                    # decoded response so far
+    last_seq_len: int = 0
+    ever_masked: bool = False
+    events: list[dict] = field(default_factory=list)
+    # One entry per step: (first query position, seq_len, kept logical blocks or None = all).
+    mask_history: list[tuple[int, int, tuple[int, ...] | None]] = field(default_factory=list)
+    _kept_key: tuple = ()
+    _kept: np.ndarray | None = None
+
+    def kept(self, seq_len: int, query_len: int) -> np.ndarray:
+        # The decision only changes with the directive, the block count or the first query
+        # block, so most decode steps reuse the last answer.
+        bs = self.layout.block_size
+        key = (self.stream.directive, -(-seq_len // bs), (seq_len - query_len) // bs)
+        if key != self._kept_key:
+            self._kept_key = key
+            self._kept = kept_blocks(self.stream.directive, self.layout, seq_len, query_len)
+        return self._kept
+
+
+class Tracker:
+    """All DA requests of one worker process, and what the hook did at each step."""
+
+    def __init__(self) -> None:
+        self.requests: dict[str, RequestState] = {}
+        self.tokenizer = None            # a `tokenizers.Tokenizer`, loaded on first use
+        self.tokenizer_path: str | None = None
+        self.record_rows = True          # keep full rows + metadata in step records
+        self.steps: list[dict] = []      # one record per metadata build with DA requests
+        self.finished: dict[str, RequestState] = {}  # kept for the caller to collect, by da_id
+        self.warnings: list[dict] = []
+        self.runner_class = ""
+        self.device = ""
+        self.backend = ""
+        self.step_index = 0
+        self.timing = {"decide_rewrite_s": 0.0, "detok_tags_s": 0.0, "requests": 0}
+
+    # ---- request lifecycle -------------------------------------------------------------
+    def _tok(self):
+        if self.tokenizer is None:
+            from tokenizers import Tokenizer
+            from pathlib import Path
+
+            self.tokenizer = Tokenizer.from_file(str(Path(self.tokenizer_path) / "tokenizer.json"))
+        return self.tokenizer
+
+    def track(self, req_id: str, extra_args: dict | None) -> RequestState | None:
+        st = self.requests.get(req_id)
+        if st is not None or not extra_args or EXTRA_LAYOUT not in extra_args:
+            return st
+        from tokenizers.decoders import DecodeStream
+
+        layout = Layout.from_dict(extra_args[EXTRA_LAYOUT])
+        st = RequestState(req_id, str(extra_args.get(EXTRA_ID, req_id)), layout,
+                          TagStream(n_chunks=layout.n_chunks),
+                          DecodeStream(skip_special_tokens=True))
+        self.requests[req_id] = st
+        return st
+
+    def drop_missing(self, live: set[str] | dict) -> None:
+        """Forget requests the runner no longer holds (finished or aborted)."""
+        for rid in [r for r in self.requests if r not in live]:
+            st = self.requests.pop(rid)
+            if st.stream.buffer:
+                self._event(st, {"kind": "aborted_mid_tag", "text": st.stream.buffer,
+                                 "detail": "request ended with a partial tag in its buffer"})
+            self.finished[st.da_id] = st
+
+    def _event(self, st: RequestState, ev: dict) -> None:
+        ev = dict(ev, req=st.da_id, step=self.step_index)
+        st.events.append(ev)
+        if ev["kind"] in ("aborted_mid_tag", "recompute_under_mask"):
+            self.warnings.append(ev)
+
+    # ---- the per-step work ------------------------------------------------------------
+    def feed(self, st: RequestState, output_ids: list[int]) -> list[Event]:
+        """Decode the tokens sampled since the last step and run the tag machine on them."""
+        n = len(output_ids)
+        if n <= st.n_seen:
+            return []
+        tok = self._tok()
+        events: list[Event] = []
+        for t in output_ids[st.n_seen:n]:
+            if t < 0:            # async scheduling placeholder: not sampled yet
+                n = st.n_seen
+                break
+            piece = st.decoder.step(tok, t)
+            st.n_seen += 1
+            if piece:
+                st.text += piece
+                events += st.stream.feed(piece)
+        for e in events:
+            self._event(st, e.to_dict())
+        return events
+
+    def rewrite(self, req_ids: list[str], outputs: list[list[int] | None], extra: list,
+                staged: np.ndarray, seq_lens: np.ndarray, query_lens: np.ndarray,
+                ) -> tuple[list[int], list[np.ndarray], np.ndarray] | None:
+        """Decide every DA request's kept blocks; return (rows, kept, new seq_lens) or None.
+
+        `staged` is the full block-table (rows x max_blocks, physical ids), never modified here.
+        """
+        t0 = time.perf_counter()
+        detok = 0.0
+        rows: list[int] = []
+        kepts: list[np.ndarray] = []
+        new_seq = None
+        record = []
+        bs = None
+        for i, rid in enumerate(req_ids):
+            st = self.track(rid, extra[i]) if extra[i] is not None else self.requests.get(rid)
+            if st is None:
+                continue
+            bs = st.layout.block_size
+            seq_len, q = int(seq_lens[i]), int(query_lens[i])
+            if outputs[i] is not None:
+                t1 = time.perf_counter()
+                self.feed(st, outputs[i])
+                detok += time.perf_counter() - t1
+            if st.ever_masked and q > 1 and seq_len - q < st.last_seq_len:
+                self._event(st, {"kind": "recompute_under_mask", "text": "",
+                                 "detail": "the request is being recomputed (preempted?); its "
+                                           "KV is rebuilt under the current mask, not the "
+                                           "mask history, so its tokens may differ"})
+            st.last_seq_len = seq_len
+            kept = st.kept(seq_len, q)
+            n_blocks = -(-seq_len // bs)
+            masked = len(kept) < n_blocks
+            st.mask_history.append((seq_len - q, seq_len, tuple(kept.tolist()) if masked else None))
+            attn_len = seq_len - (n_blocks - len(kept)) * bs
+            if masked:
+                st.ever_masked = True
+                if new_seq is None:
+                    new_seq = seq_lens.copy()
+                new_seq[i] = attn_len
+                rows.append(i)
+                kepts.append(kept)
+            rec = {"req": st.da_id, "row": i, "block_size": bs, "seq_len": seq_len,
+                   "query_len": q,
+                   "attn_seq_len": attn_len, "directive": st.stream.directive.to_dict(),
+                   "mode": st.stream.directive.mode.value, "tag_buffer": st.stream.buffer,
+                   "blocks_total": n_blocks, "blocks_read": int(len(kept)),
+                   "n_output_seen": st.n_seen}
+            if self.record_rows:
+                full = staged[i, :n_blocks]
+                rec["staged_row"] = full.tolist()
+                rec["kept_logical"] = kept.tolist()
+                rec["kernel_row"] = full[kept].tolist()
+            record.append(rec)
+        elapsed = time.perf_counter() - t0
+        if record:
+            self.timing["decide_rewrite_s"] += elapsed - detok
+            self.timing["detok_tags_s"] += detok
+            self.timing["requests"] += len(record)
+            self.steps.append({"step": self.step_index, "requests": record,
+                               "hook_us": round(elapsed * 1e6, 1)})
+        self.step_index += 1
+        if new_seq is None:
+            return None
+        return rows, kepts, new_seq
+
+    def reset_log(self) -> list[dict]:
+        steps, self.steps = self.steps, []
+        return steps
+
+
+TRACKER = Tracker()
+
+
+def directive_of(rec: dict) -> Directive:
+    return Directive.from_dict(rec["directive"])
+
+
+__all__ = ["TRACKER", "Tracker", "RequestState", "EXTRA_LAYOUT", "EXTRA_DIRECTOR", "EXTRA_ID",
+           "Mode", "directive_of"]

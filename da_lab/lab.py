@@ -1,0 +1,224 @@
+"""The Lab: a real vLLM engine with the DA hook, driven one engine step at a time.
+
+The engine runs inside this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so the hook's tracker is
+readable directly after each step. Everything the lab starts runs offline (HF_HUB_OFFLINE=1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .layout import BLOCK_SIZE, DAPrompt, build_prompt, seed_texts
+from .model import build_tiny_model
+
+# Set before vLLM is imported: offline, in-process, a KV cache the CPU machine can afford.
+LAB_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+}
+
+_live_lab: "Lab | None" = None
+
+
+def apply_env() -> None:
+    for k, v in LAB_ENV.items():
+        os.environ.setdefault(k, v)
+
+
+def precheck_model(path: str | Path) -> None:
+    """Refuse models the hook can't serve before paying for an engine start."""
+    cfg_file = Path(path) / "config.json"
+    if not cfg_file.exists():
+        raise FileNotFoundError(f"{path}: no config.json; --model takes a local Hugging Face "
+                                "model folder (nothing is downloaded)")
+    cfg = json.loads(cfg_file.read_text())
+    cfg = cfg.get("text_config", cfg)
+    name = Path(path).name
+    if cfg.get("kv_lora_rank") or cfg.get("q_lora_rank"):
+        raise ValueError(f"{name}: MLA attention (kv_lora_rank) is not supported by the DA hook")
+    sw = cfg.get("sliding_window")
+    # Qwen2 configs carry a sliding_window value but switch it off with use_sliding_window.
+    if sw and cfg.get("use_sliding_window", cfg.get("model_type") != "qwen2"):
+        raise ValueError(f"{name}: sliding window attention (sliding_window={sw}) is not "
+                         "supported by the DA hook: hidden blocks and the window would fight")
+    if len(set(cfg.get("layer_types") or ["full_attention"])) > 1:
+        raise ValueError(f"{name}: mixed layer types {sorted(set(cfg['layer_types']))} need "
+                         "several KV-cache groups, which the DA hook does not support")
+
+
+@dataclass
+class StepResult:
+    """What one engine step did. (The full, versioned StepRecord is built on top of this.)"""
+    step: int
+    wall_s: float
+    hook: list[dict]                     # the hook's per-step records (usually one)
+    outputs: dict[str, dict] = field(default_factory=dict)   # da_id -> new tokens/text/finished
+
+    def request(self, da_id: str) -> dict | None:
+        for h in self.hook:
+            for r in h["requests"]:
+                if r["req"] == da_id:
+                    return r
+        return None
+
+
+class Lab:
+    def __init__(self, model: str | Path | None = None, *, num_blocks: int = 64,
+                 block_size: int = BLOCK_SIZE, dtype: str = "float32",
+                 max_model_len: int | None = None, enable_prefix_caching: bool = True,
+                 director: bool = True, seed: int = 0, record_rows: bool = True) -> None:
+        global _live_lab
+        if _live_lab is not None:
+            raise RuntimeError("a Lab is already running in this process; call "
+                               "lab.shutdown() on it first (vLLM keeps one engine per process "
+                               "in in-process mode)")
+        apply_env()
+        self.model = str(model or build_tiny_model())
+        precheck_model(self.model)
+        from vllm import LLM
+
+        from .hook import register
+        from .hook.director import Director
+        from .hook.state import TRACKER
+
+        register()   # also loaded by vLLM as a plugin; idempotent
+        self.tracker = TRACKER
+        self.tracker.record_rows = record_rows
+        self.block_size = block_size
+        self.max_model_len = max_model_len or (num_blocks - 1) * block_size
+        t0 = time.perf_counter()
+        self.llm = LLM(model=self.model, dtype=dtype, block_size=block_size, seed=seed,
+                       enforce_eager=True, num_gpu_blocks_override=num_blocks,
+                       max_model_len=self.max_model_len,
+                       enable_prefix_caching=enable_prefix_caching,
+                       logits_processors=[Director] if director else None)
+        self.start_s = time.perf_counter() - t0
+        self.engine = self.llm.llm_engine
+        self.tokenizer = self.llm.get_tokenizer()
+        self.step_index = 0
+        self.requests: dict[str, dict] = {}
+        _live_lab = self
+
+    # ---- prompts and requests ------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def seed_prompt(self, n_chunks: int = 12, chunk_blocks: int = 2) -> DAPrompt:
+        """The seed scenario: scaffold head, 12 chunks x 2 blocks of records, a question."""
+        head, chunks, tail = seed_texts(n_chunks)
+        filler = self.encode("\n")[0]
+        return build_prompt(self.encode, head, chunks, tail, filler_id=filler,
+                            bos_id=self.tokenizer.bos_token_id, block_size=self.block_size,
+                            chunk_blocks=chunk_blocks)
+
+    def add_request(self, prompt: DAPrompt | list[int], *, tags: list[tuple[int, str]] = (),
+                    max_tokens: int = 32, request_id: str | None = None) -> str:
+        """Queue a greedy request. `tags`: (output index, tag text) the director writes there."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        from .hook.state import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
+
+        rid = request_id or f"r{len(self.requests)}-{uuid.uuid4().hex[:6]}"
+        extra: dict = {EXTRA_ID: rid}
+        ids = prompt.token_ids if isinstance(prompt, DAPrompt) else list(prompt)
+        if isinstance(prompt, DAPrompt):
+            extra[EXTRA_LAYOUT] = prompt.layout.to_dict()
+        if tags:
+            extra[EXTRA_DIRECTOR] = [[int(at), self.encode(text)] for at, text in tags]
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
+                                output_kind=RequestOutputKind.DELTA, extra_args=extra)
+        self.engine.add_request(rid, {"prompt_token_ids": ids}, params)
+        forced = {at + k for at, ids in extra.get(EXTRA_DIRECTOR, []) for k in range(len(ids))}
+        self.requests[rid] = {"prompt": prompt, "token_ids": [], "text": "", "finished": False,
+                              "forced": forced}
+        return rid
+
+    def abort(self, rid: str) -> None:
+        self.engine.abort_request([rid])
+        self.requests[rid]["finished"] = True
+
+    # ---- stepping ------------------------------------------------------------------------
+    def step(self) -> StepResult:
+        """Run exactly one engine step."""
+        t0 = time.perf_counter()
+        outs = self.engine.step()
+        wall = time.perf_counter() - t0
+        res = StepResult(self.step_index, wall, self.tracker.reset_log())
+        for o in outs:
+            c = o.outputs[0]
+            r = self.requests.get(o.request_id)
+            if r is not None:
+                r["token_ids"] += list(c.token_ids)
+                r["text"] += c.text
+                r["finished"] = o.finished
+            res.outputs[o.request_id] = {"token_ids": list(c.token_ids), "text": c.text,
+                                         "finished": o.finished}
+        self.step_index += 1
+        return res
+
+    def has_unfinished(self) -> bool:
+        return self.engine.has_unfinished_requests()
+
+    def __iter__(self):
+        while self.has_unfinished():
+            yield self.step()
+
+    def run(self) -> list[StepResult]:
+        return list(self)
+
+    def request_state(self, rid: str):
+        """The hook's state of a request (live or finished): events, mask history, text."""
+        t = self.tracker
+        for st in list(t.requests.values()) + list(t.finished.values()):
+            if st.da_id == rid:
+                return st
+        return None
+
+    @property
+    def runner_class(self) -> str:
+        return self.tracker.runner_class
+
+    @property
+    def device(self) -> str:
+        return self.tracker.device
+
+    @property
+    def engine_name(self) -> str:
+        """'<distribution> <version>' of the vLLM that runs, e.g. 'vllm-cpu 0.32.0'."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        for dist in ("vllm-cpu", "vllm"):
+            try:
+                return f"{dist} {version(dist)}"
+            except PackageNotFoundError:
+                continue
+        return "vllm unknown"
+
+    def shutdown(self) -> None:
+        global _live_lab
+        import gc
+
+        try:
+            self.engine.engine_core.shutdown()
+        except Exception:   # noqa: BLE001 - best effort; the process may be exiting anyway
+            pass
+        self.llm = self.engine = None
+        self.tracker.requests.clear()
+        self.tracker.finished.clear()
+        gc.collect()
+        if _live_lab is self:
+            _live_lab = None
+
+    def __enter__(self) -> "Lab":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()

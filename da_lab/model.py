@@ -1,0 +1,215 @@
+"""The embedded default model: a tiny Llama built deterministically on this machine.
+
+Nothing is fetched from a hub. The tokenizer is a byte-level BPE whose merges are spelled out
+below (no training run, so the same merges come out everywhere); the weights come from numpy's
+PCG64 generator with a fixed seed, which gives the same numbers on every platform and numpy
+version. The folder is an ordinary Hugging Face checkpoint, so vLLM and transformers load it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+MODEL_NAME = "da-tiny-v1"
+SEED = 20261129
+
+# Shape: small enough to build in a second and decode in a few ms on 2 CPU cores, big enough
+# that attention has real heads (GQA 4:2, head size 32) and positions up to 8k for long contexts.
+CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 128,
+    "intermediate_size": 384,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "mlp_bias": False,
+    "torch_dtype": "float32",
+    "initializer_range": 0.02,
+}
+
+SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]
+
+# Words of the tokenizer's training corpus: the DA tags' parts, the scaffold's words and a
+# small English core, so that prompts are short in tokens and tags are a few tokens each.
+WORDS = [
+    "<focus", "<local", "<global", "focus", "local", "global", ">", "C", "You", "are",
+    "reading", "a", "document", "in", "chunks", "Each", "chunk", "has", "records", "Answer",
+    "the", "question", "using", "only", "relevant", "Question", "What", "is", "of", "key",
+    "value", "Record", "record", "and", "to", "for", "with", "that", "this", "it", "on",
+    "be", "as", "at", "by", "from", "or", "an", "was", "not", "which", "their", "there",
+    "have", "we", "they", "one", "all", "will", "can", "said", "each", "about", "how",
+    "up", "out", "them", "then", "she", "many", "some", "so", "these", "would", "other",
+    "into", "more", "her", "two", "like", "him", "see", "time", "could", "no", "make",
+    "than", "first", "been", "its", "who", "now", "people", "my", "made", "over", "did",
+    "down", "way", "find", "use", "may", "water", "long", "little", "very", "after",
+    "words", "called", "just", "where", "most", "know", "get", "through", "back", "much",
+    "before", "go", "good", "new", "write", "our", "used", "me", "man", "too", "any",
+    "day", "same", "right", "look", "think", "also", "around", "another", "came", "come",
+    "work", "three", "word", "must", "because", "does", "part", "even", "place", "well",
+    "such", "here", "take", "why", "things", "help", "put", "years", "different", "away",
+    "again", "off", "went", "old", "number", "great", "tell", "men", "say", "small",
+    "every", "found", "still", "between", "name", "should", "home", "big", "give", "air",
+    "line", "set", "own", "under", "read", "last", "never", "us", "left", "end", "along",
+    "while", "might", "next", "sound", "below", "saw", "something", "thought", "both",
+    "few", "those", "always", "looked", "show", "large", "often", "together", "asked",
+    "house", "world", "going", "want", "school", "important", "until", "form", "food",
+    "keep", "children", "feet", "land", "side", "without", "boy", "once", "animals",
+    "life", "enough", "took", "sometimes", "four", "head", "above", "kind", "began",
+    "almost", "live", "page", "got", "earth", "need", "far", "hand", "high", "year",
+    "mother", "light", "parts", "country", "father", "let", "night", "following",
+    "picture", "being", "study", "second", "eyes", "soon", "times", "story", "boys",
+    "since", "white", "days", "paper", "hard", "near", "sentence", "better", "best",
+    "across", "during", "today", "others", "however", "sure", "means", "knew", "try",
+    "told", "young", "miles", "sun", "ways", "thing", "whole", "hear", "example", "heard",
+    "several", "change", "answer", "room", "sea", "against", "top", "turned", "learn",
+    "point", "city", "play", "toward", "five", "using", "himself", "usually",
+]
+
+
+ASSET_TOKENIZER = Path(__file__).parent / "assets" / "tokenizer.json"
+VOCAB_SIZE = 1024
+
+
+def _training_corpus() -> list[str]:
+    """A fixed corpus: the scaffold's words, DA tags, and numbers, in a fixed order."""
+    rng = np.random.Generator(np.random.PCG64(SEED))
+    lines = []
+    tags = ["<global>", "<local>", "<local 2>", "<focus C3,C7>", "<focus C1-C4>", "<focus C12>"]
+    for i in range(4000):
+        words = rng.choice(WORDS, size=12)
+        lines.append(" ".join(words) + f" {tags[i % len(tags)]} C{i % 12 + 1} {i % 1000}.")
+    return lines
+
+
+def train_tokenizer(out: Path = ASSET_TOKENIZER) -> Path:
+    """Maintainers only: (re)train the shipped byte-level BPE. The lab itself never trains:
+    it ships the result (50 kB), so every machine gets the same token ids."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(_training_corpus(), trainer)
+    bos = tok.token_to_id("<s>")
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos)])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out))
+    return out
+
+
+def tokenizer_json() -> dict:
+    return json.loads(ASSET_TOKENIZER.read_text())
+
+
+def _weights(vocab_size: int) -> dict[str, np.ndarray]:
+    """Random float32 weights from a seeded PCG64 stream, in a fixed tensor order.
+
+    Scales are ~1/sqrt(fan_in) (larger than the usual 0.02) so that attention scores vary across
+    positions: with near-uniform attention, hiding blocks would barely move the logits and the
+    oracle tests could not tell a wrong mask from a right one.
+    """
+    c = CONFIG
+    rng = np.random.Generator(np.random.PCG64(SEED))
+    h, inter, hd = c["hidden_size"], c["intermediate_size"], c["head_dim"]
+    nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
+
+    def mat(rows: int, cols: int, scale: float) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+
+    w: dict[str, np.ndarray] = {"model.embed_tokens.weight": mat(vocab_size, h, 1.0)}
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = np.ones(h, np.float32)
+        w[p + "post_attention_layernorm.weight"] = np.ones(h, np.float32)
+        w[p + "self_attn.q_proj.weight"] = mat(nh * hd, h, 2.0 / np.sqrt(h))
+        w[p + "self_attn.k_proj.weight"] = mat(nkv * hd, h, 2.0 / np.sqrt(h))
+        w[p + "self_attn.v_proj.weight"] = mat(nkv * hd, h, 1.0 / np.sqrt(h))
+        w[p + "self_attn.o_proj.weight"] = mat(h, nh * hd, 1.0 / np.sqrt(nh * hd))
+        w[p + "mlp.gate_proj.weight"] = mat(inter, h, 1.0 / np.sqrt(h))
+        w[p + "mlp.up_proj.weight"] = mat(inter, h, 1.0 / np.sqrt(h))
+        w[p + "mlp.down_proj.weight"] = mat(h, inter, 1.0 / np.sqrt(inter))
+    w["model.norm.weight"] = np.ones(h, np.float32)
+    w["lm_head.weight"] = mat(vocab_size, h, 1.0 / np.sqrt(h))
+    return w
+
+
+def _write(folder: Path) -> None:
+    from safetensors.numpy import save_file
+
+    tok = tokenizer_json()
+    vocab = tok["model"]["vocab"]
+    config = dict(CONFIG, vocab_size=len(vocab), bos_token_id=vocab["<s>"],
+                  eos_token_id=vocab["</s>"], pad_token_id=vocab["<pad>"])
+    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+    (folder / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": vocab["<s>"], "eos_token_id": vocab["</s>"],
+         "pad_token_id": vocab["<pad>"]}, indent=2))
+    (folder / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+        "pad_token": "<pad>", "model_max_length": CONFIG["max_position_embeddings"],
+        "add_bos_token": True, "clean_up_tokenization_spaces": False}, indent=2))
+    save_file(_weights(len(vocab)), str(folder / "model.safetensors"),
+              metadata={"format": "pt", "da_lab": MODEL_NAME, "seed": str(SEED)})
+
+
+def lab_home() -> Path:
+    return Path(os.environ.get("DA_LAB_HOME", Path.home() / ".cache" / "da_lab"))
+
+
+def fingerprint(folder: Path) -> str:
+    """sha256 over the checkpoint's files: equal fingerprints mean byte-identical builds."""
+    h = hashlib.sha256()
+    for name in sorted(p.name for p in folder.iterdir() if p.name != "FINGERPRINT"):
+        h.update(name.encode())
+        h.update((folder / name).read_bytes())
+    return h.hexdigest()
+
+
+def build_tiny_model(folder: str | Path | None = None, force: bool = False) -> Path:
+    """Build (or find) the embedded model and return its folder.
+
+    Built into a temporary sibling and renamed into place, so a crash halfway never leaves a
+    folder that looks complete.
+    """
+    folder = Path(folder) if folder else lab_home() / "models" / MODEL_NAME
+    if (folder / "FINGERPRINT").exists() and not force:
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=MODEL_NAME + ".", dir=folder.parent))
+    try:
+        _write(tmp)
+        (tmp / "FINGERPRINT").write_text(fingerprint(tmp) + "\n")
+        if folder.exists():
+            shutil.rmtree(folder)
+        tmp.rename(folder)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+if __name__ == "__main__":
+    import sys
+
+    if "--retrain-tokenizer" in sys.argv:
+        print(train_tokenizer())
+    print(build_tiny_model(force=True))

@@ -1,0 +1,96 @@
+"""The oracle: a Hugging Face transformers forward of the same weights with the KV blocks the
+hook hid masked out explicitly, position by position.
+
+Tokens generated under a mask wrote K/V computed with that mask, so after `<global>` the engine
+matches a reference that replays each position's mask (the hook's mask history), not the
+unmasked run. One forward over prompt + response with a per-row mask reproduces exactly that:
+row p's hidden states at every layer see only the keys the engine let position p see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class OracleResult:
+    engine_tokens: list[int]
+    forced: set[int]                # output indices the director wrote (not the model's choice)
+    masked_tokens: list[int]        # reference greedy argmax with the hook's mask history
+    unmasked_tokens: list[int]      # reference greedy argmax with plain causal attention
+    top2_gap: list[float]           # masked reference: logit gap between best and second best
+
+    def _diff(self, ref: list[int]) -> list[int]:
+        return [i for i, (a, b) in enumerate(zip(self.engine_tokens, ref))
+                if a != b and i not in self.forced]
+
+    @property
+    def compared(self) -> int:
+        return len(self.engine_tokens) - len(self.forced)
+
+    @property
+    def mismatches_masked(self) -> list[int]:
+        """Output indices where the engine's own choice differs from the masked reference."""
+        return self._diff(self.masked_tokens)
+
+    @property
+    def mismatches_unmasked(self) -> list[int]:
+        return self._diff(self.unmasked_tokens)
+
+
+def mask_matrix(n_tokens: int, history: list[tuple[int, int, tuple[int, ...] | None]],
+                block_size: int) -> np.ndarray:
+    """Boolean (n_tokens x n_tokens) 'row may attend to column' from the hook's history.
+
+    Each history entry says: query positions [start, stop) saw the logical blocks `kept`
+    (None = all). Positions not covered (never run as queries) keep plain causal rows.
+    """
+    allow = np.tril(np.ones((n_tokens, n_tokens), dtype=bool))
+    block_of = np.arange(n_tokens) // block_size
+    for start, stop, kept in history:
+        if kept is None:
+            continue
+        visible = np.isin(block_of, np.asarray(kept))
+        for p in range(start, min(stop, n_tokens)):
+            allow[p] &= visible
+    return allow
+
+
+def load_reference(model_path: str):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32,
+                                                 attn_implementation="eager")
+    return model.eval()
+
+
+def check(model, prompt_ids: list[int], output_ids: list[int],
+          history: list[tuple[int, int, tuple[int, ...] | None]], block_size: int,
+          forced: set[int] = frozenset()) -> OracleResult:
+    """Replay prompt + output[:-1] through the reference with and without the mask history.
+
+    Director-forced positions are fed like any token but not compared: the model did not
+    choose them."""
+    import torch
+
+    seq = list(prompt_ids) + list(output_ids[:-1])
+    n = len(seq)
+    ids = torch.tensor([seq])
+    res = {}
+    for name, allow in (("masked", mask_matrix(n, history, block_size)),
+                        ("unmasked", np.tril(np.ones((n, n), dtype=bool)))):
+        # Additive float mask: 0 where allowed, the dtype's min elsewhere (4D masks are used
+        # as given by transformers' eager attention).
+        add = torch.zeros((1, 1, n, n), dtype=torch.float32)
+        add[0, 0][~torch.from_numpy(allow)] = torch.finfo(torch.float32).min
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=add).logits[0]
+        rows = logits[len(prompt_ids) - 1:]
+        res[name] = rows.argmax(-1).tolist()
+        if name == "masked":
+            top2 = rows.topk(2, dim=-1).values
+            res["gap"] = (top2[:, 0] - top2[:, 1]).tolist()
+    return OracleResult(list(output_ids), set(forced), res["masked"], res["unmasked"], res["gap"])

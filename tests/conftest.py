@@ -1,0 +1,33 @@
+import os
+
+import pytest
+
+# Before anything imports vLLM: offline, in-process engine, small CPU KV cache.
+for k, v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+             "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}.items():
+    os.environ.setdefault(k, v)
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    from da_lab.model import build_tiny_model
+
+    return str(build_tiny_model())
+
+
+@pytest.fixture(scope="session")
+def lab(tiny_model):
+    """One real vllm-cpu engine with the DA hook, shared by the engine tests (start ~3 s)."""
+    from da_lab.lab import Lab
+
+    lab = Lab(tiny_model)
+    yield lab
+    lab.shutdown()
+
+
+@pytest.fixture(scope="session")
+def reference(tiny_model):
+    """The transformers oracle: same weights, float32, eager attention with explicit masks."""
+    from da_lab.oracle import load_reference
+
+    return load_reference(tiny_model)
