@@ -132,7 +132,12 @@ class Lab:
         if isinstance(prompt, DAPrompt):
             extra[EXTRA_LAYOUT] = prompt.layout.to_dict()
         if tags:
-            extra[EXTRA_DIRECTOR] = [[int(at), self.encode(text)] for at, text in tags]
+            script = sorted([int(at), self.encode(text)] for at, text in tags)
+            for (a, ids), (b, _) in zip(script, script[1:]):
+                if a + len(ids) > b:
+                    raise ValueError(f"director tags overlap: the tag at output {a} is "
+                                     f"{len(ids)} tokens long, the next starts at {b}")
+            extra[EXTRA_DIRECTOR] = script
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
                                 output_kind=RequestOutputKind.DELTA, extra_args=extra)
         self.engine.add_request(rid, {"prompt_token_ids": ids}, params)

@@ -29,34 +29,43 @@ class DAUnsupported(RuntimeError):
     """Raised at engine start for a model or configuration the DA hook cannot serve correctly."""
 
 
-def check_supported(runner, kv_cache_config) -> None:
-    """Refuse what one compacted block-table row per request cannot express."""
+def check_specs(runner, specs: dict) -> None:
+    """Refuse, before any memory is planned, what one compacted row per request can't express."""
     from vllm.v1.kv_cache_interface import FullAttentionSpec
 
     name = runner.model_config.model
     if runner.speculative_config is not None:
         raise DAUnsupported(f"{name}: speculative decoding is not supported by the DA hook "
                             "(draft tokens would be verified against a different mask)")
+    for layer, spec in specs.items():
+        if type(spec) is not FullAttentionSpec:
+            kind = type(spec).__name__
+            reason = ("MLA" if "MLA" in kind else "sliding window" if "Sliding" in kind
+                      else "not plain full attention")
+            raise DAUnsupported(f"{name}: layer {layer} has a KV cache of kind {kind} "
+                                f"({reason}); the DA hook serves plain full attention only")
+
+
+def check_groups(runner, kv_cache_config) -> None:
     groups = kv_cache_config.kv_cache_groups
     if len(groups) != 1:
-        raise DAUnsupported(f"{name}: {len(groups)} KV-cache groups (hybrid or sliding-window "
-                            "layers); the DA hook needs exactly one full-attention group")
-    spec = groups[0].kv_cache_spec
-    if type(spec) is not FullAttentionSpec:
-        kind = type(spec).__name__
-        reason = ("MLA" if "MLA" in kind else "sliding window" if "Sliding" in kind
-                  else kind)
-        raise DAUnsupported(f"{name}: KV cache of kind {kind} ({reason}); the DA hook serves "
-                            "plain full attention only")
-    if getattr(runner.model_config.hf_text_config, "sliding_window", None) and getattr(
-            runner.model_config.hf_text_config, "use_sliding_window", True):
-        raise DAUnsupported(f"{name}: sliding window attention is not supported by the DA hook")
+        raise DAUnsupported(f"{runner.model_config.model}: {len(groups)} KV-cache groups; the "
+                            "DA hook needs exactly one full-attention group")
+
+
+def _wrap_get_kv_cache_spec(orig):
+    @functools.wraps(orig)
+    def get_kv_cache_spec(self, *args, **kwargs):
+        specs = orig(self, *args, **kwargs)
+        check_specs(self, specs)
+        return specs
+    return get_kv_cache_spec
 
 
 def _wrap_initialize_kv_cache(orig):
     @functools.wraps(orig)
     def initialize_kv_cache(self, kv_cache_config, *args, **kwargs):
-        check_supported(self, kv_cache_config)
+        check_groups(self, kv_cache_config)
         out = orig(self, kv_cache_config, *args, **kwargs)
         TRACKER.runner_class = f"{type(self).__module__}.{type(self).__qualname__}"
         TRACKER.tokenizer_path = self.model_config.tokenizer
@@ -187,6 +196,7 @@ def install() -> None:
     if getattr(GPUModelRunner._build_attention_metadata, "_da_wrapped", False):
         return
     for name, wrap in (("_build_attention_metadata", _wrap_build_attention_metadata),
+                       ("get_kv_cache_spec", _wrap_get_kv_cache_spec),
                        ("initialize_kv_cache", _wrap_initialize_kv_cache)):
         fn = wrap(getattr(GPUModelRunner, name))
         fn._da_wrapped = True

@@ -1,0 +1,76 @@
+"""Models and setups the hook can't serve are refused with a message naming the reason."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from types import SimpleNamespace as NS
+
+import pytest
+
+from da_lab.hook import check_version
+from da_lab.lab import precheck_model
+
+
+def variant(tiny_model, tmp_path, **changes):
+    folder = tmp_path / "variant"
+    shutil.copytree(tiny_model, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(changes)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+def test_unsupported_vllm_version_is_named():
+    check_version("0.32.0")
+    check_version("0.26.0")
+    with pytest.raises(RuntimeError, match=r"supports vLLM 0\.26\.0 and 0\.32\.0.*found vLLM 0\.31\.1"):
+        check_version("0.31.1")
+
+
+def test_precheck_names_the_reason(tiny_model, tmp_path):
+    precheck_model(tiny_model)
+    with pytest.raises(ValueError, match="sliding window"):
+        precheck_model(variant(tiny_model, tmp_path / "a", sliding_window=64))
+    with pytest.raises(ValueError, match="MLA"):
+        precheck_model(variant(tiny_model, tmp_path / "b", kv_lora_rank=64))
+    with pytest.raises(ValueError, match="mixed layer types"):
+        precheck_model(variant(tiny_model, tmp_path / "c",
+                               layer_types=["full_attention", "sliding_attention"] * 2))
+    # Qwen2 configs name a window but switch it off: accepted.
+    precheck_model(variant(tiny_model, tmp_path / "d", model_type="qwen2", sliding_window=64,
+                           use_sliding_window=False))
+    with pytest.raises(FileNotFoundError, match="local Hugging Face model folder"):
+        precheck_model(tmp_path / "nowhere")
+
+
+def test_speculative_decoding_is_refused():
+    from da_lab.hook.v1 import DAUnsupported, check_groups, check_specs
+
+    runner = NS(model_config=NS(model="m"), speculative_config=object())
+    with pytest.raises(DAUnsupported, match="speculative decoding"):
+        check_specs(runner, {})
+    with pytest.raises(DAUnsupported, match="2 KV-cache groups"):
+        check_groups(runner, NS(kv_cache_groups=[1, 2]))
+
+
+HOOKED = textwrap.dedent("""
+    import sys
+    from vllm import LLM
+    LLM(model=sys.argv[1], dtype="float32", block_size=32, enforce_eager=True,
+        num_gpu_blocks_override=64, max_model_len=2016)
+""")
+
+
+def test_engine_refuses_sliding_window_model_at_start(tiny_model, tmp_path):
+    """Past the Lab's precheck, the hook itself refuses when vLLM builds the KV cache."""
+    model = variant(tiny_model, tmp_path, architectures=["MistralForCausalLM"],
+                    model_type="mistral", sliding_window=64)
+    script = tmp_path / "hooked.py"
+    script.write_text(HOOKED)
+    out = subprocess.run([sys.executable, str(script), str(model)], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode != 0
+    assert "DAUnsupported" in out.stderr and "sliding" in out.stderr.lower(), out.stderr[-2000:]
