@@ -20,20 +20,38 @@ def _quiet_stdout():
     return os.fdopen(real, "w")
 
 
-def demo_rows(lab, rid: str, results) -> list[dict]:
+def demo_rows(records, rid: str) -> list[dict]:
+    """The demo's per-step rows for one request, from live or replayed step records."""
     rows = []
-    for res in results:
-        h = res.request(rid)
+    for rec in records:
+        rec = rec if isinstance(rec, dict) else rec.to_dict()
+        h = next((r for r in rec["requests"] if r["req"] == rid and "mode" in r), None)
         if h is None:
             continue
-        out = res.outputs.get(rid, {})
-        rows.append({"step": res.step, "mode": h["mode"], "tag_buffer": h["tag_buffer"],
-                     "text": out.get("text", ""), "blocks_total": h["blocks_total"],
+        rows.append({"step": rec["step"], "mode": h["mode"], "tag_buffer": h["tag_buffer"],
+                     "text": h.get("new_text", ""), "blocks_total": h["blocks_total"],
                      "blocks_read": h["blocks_read"]})
     return rows
 
 
-def cmd_demo(args) -> int:
+def _emit(doc: dict, as_json: bool, out) -> None:
+    if as_json:
+        out.write(json.dumps(doc) + "\n")
+        out.flush()
+        return
+    print(f"{doc['engine']} on {doc['device']}, runner {doc['runner']}, model {doc['model']}")
+    print(f"{'step':>4}  {'mode':<6}  {'tag buffer':<16}  {'blocks':>6}  {'read':>4}  text")
+    for r in doc["steps"]:
+        print(f"{r['step']:>4}  {r['mode']:<6}  {r['tag_buffer']!r:<16}  {r['blocks_total']:>6}"
+              f"  {r['blocks_read']:>4}  {r['text']!r}")
+
+
+def _doc(prov: dict, rows: list[dict]) -> dict:
+    return {"engine": prov["vllm"], "device": prov["device"], "model": prov["model"],
+            "runner": prov["runner"], "block_size": prov["block_size"], "steps": rows}
+
+
+def _live(args, record_to: str | None = None) -> int:
     out = _quiet_stdout() if args.json else sys.stdout
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     from .lab import Lab
@@ -44,34 +62,62 @@ def cmd_demo(args) -> int:
         print(f"da-lab: {e}", file=sys.stderr)
         return 2
     try:
-        prompt = lab.seed_prompt()
-        rid = lab.add_request(prompt, tags=SEED_TAGS, max_tokens=args.max_tokens)
-        rows = demo_rows(lab, rid, lab.run())
-        doc = {"engine": lab.engine_name, "device": lab.device, "model": lab.model,
-               "runner": lab.runner_class, "block_size": lab.block_size, "steps": rows}
+        if record_to:
+            lab.record(record_to)
+        rid = lab.add_request(lab.seed_prompt(), tags=SEED_TAGS, max_tokens=args.max_tokens,
+                              request_id="seed")
+        doc = _doc(lab.provenance(), demo_rows(lab.run(), rid))
     finally:
         lab.shutdown()
-    if args.json:
-        out.write(json.dumps(doc) + "\n")
-        out.flush()
-        return 0
-    print(f"{doc['engine']} on {doc['device']}, runner {doc['runner']}, model {doc['model']}")
-    print(f"{'step':>4}  {'mode':<6}  {'tag buffer':<16}  {'blocks':>6}  {'read':>4}  text")
-    for r in rows:
-        print(f"{r['step']:>4}  {r['mode']:<6}  {r['tag_buffer']!r:<16}  {r['blocks_total']:>6}"
-              f"  {r['blocks_read']:>4}  {r['text']!r}")
+    _emit(doc, args.json, out)
+    if record_to:
+        print(f"recorded {len(doc['steps'])} steps to {record_to}", file=sys.stderr)
+    return 0
+
+
+def cmd_demo(args) -> int:
+    return _live(args)
+
+
+def cmd_record(args) -> int:
+    return _live(args, record_to=args.out)
+
+
+def cmd_replay(args) -> int:
+    """Print a recorded run exactly as `demo` printed it live. Needs no vLLM."""
+    from .trace import TraceError, load
+
+    try:
+        tr = load(args.file)
+    except TraceError as e:
+        print(f"da-lab: {e}", file=sys.stderr)
+        return 2
+    rid = args.request or next((a["req"] for r in tr for a in r.get("added", [])), None)
+    if rid is None:
+        print(f"da-lab: {args.file}: the trace adds no request", file=sys.stderr)
+        return 2
+    _emit(_doc(tr.provenance, demo_rows(tr.records, rid)), args.json, sys.stdout)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="da-lab", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    d = sub.add_parser("demo", help="run the seed scenario live and print a per-step table")
-    d.add_argument("--model", help="local Hugging Face model folder (default: the embedded "
-                                   "tiny model, built on first use)")
-    d.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    d.add_argument("--max-tokens", type=int, default=40)
-    d.set_defaults(fn=cmd_demo)
+    for name, fn, help_ in (("demo", cmd_demo, "run the seed scenario live, print each step"),
+                            ("record", cmd_record, "run the seed scenario and record a trace")):
+        d = sub.add_parser(name, help=help_)
+        d.add_argument("--model", help="local Hugging Face model folder (default: the "
+                                       "embedded tiny model, built on first use)")
+        d.add_argument("--json", action="store_true", help="one JSON document on stdout")
+        d.add_argument("--max-tokens", type=int, default=40)
+        if name == "record":
+            d.add_argument("--out", required=True, help="trace file: .jsonl.gz or .parquet")
+        d.set_defaults(fn=fn)
+    r = sub.add_parser("replay", help="print a recorded trace like `demo` (no vLLM needed)")
+    r.add_argument("file")
+    r.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    r.add_argument("--request", help="request id to show (default: the first one added)")
+    r.set_defaults(fn=cmd_replay)
     args = ap.parse_args(argv)
     return args.fn(args)
 

@@ -13,7 +13,9 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import __version__
 from .layout import BLOCK_SIZE, DAPrompt, build_prompt, seed_texts
+from .hook import access, kvmap
 from .model import build_tiny_model
 
 # Set before vLLM is imported: offline, in-process, a KV cache the CPU machine can afford.
@@ -54,19 +56,32 @@ def precheck_model(path: str | Path) -> None:
 
 
 @dataclass
-class StepResult:
-    """What one engine step did. (The full, versioned StepRecord is built on top of this.)"""
+class StepRecord:
+    """Everything one engine step did (../shared/DESIGN.md §5). Live or loaded from a trace,
+    it is the same plain data: `to_dict()` is exactly what a trace stores."""
     step: int
     wall_s: float
-    hook: list[dict]                     # the hook's per-step records (usually one)
-    outputs: dict[str, dict] = field(default_factory=dict)   # da_id -> new tokens/text/finished
+    hook_us: float = 0.0
+    scheduled: list[dict] = field(default_factory=list)   # [{"req", "query_len"}]
+    requests: list[dict] = field(default_factory=list)    # per request: hook view + new tokens
+    kv: dict = field(default_factory=dict)                # physical KV map changes this step
+    metadata: dict | None = None                          # the attention metadata bundle
+    added: list[dict] = field(default_factory=list)       # requests added before this step
+    warnings: list[dict] = field(default_factory=list)
 
     def request(self, da_id: str) -> dict | None:
-        for h in self.hook:
-            for r in h["requests"]:
-                if r["req"] == da_id:
-                    return r
+        for r in self.requests:
+            if r["req"] == da_id:
+                return r
         return None
+
+    def to_dict(self) -> dict:
+        return dict(vars(self))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StepRecord":
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in d.items() if k in names})
 
 
 class Lab:
@@ -102,8 +117,15 @@ class Lab:
         self.start_s = time.perf_counter() - t0
         self.engine = self.llm.llm_engine
         self.tokenizer = self.llm.get_tokenizer()
+        self.num_blocks = num_blocks
         self.step_index = 0
         self.requests: dict[str, dict] = {}
+        self._added: list[dict] = []
+        self._writer = None
+        self._core = access.engine_core(self.llm)
+        self._runner = access.model_runner(self.llm)
+        self.track_kv = True
+        self._kv = kvmap.snapshot(self._core)
         _live_lab = self
 
     # ---- prompts and requests ------------------------------------------------------------
@@ -133,10 +155,10 @@ class Lab:
             extra[EXTRA_LAYOUT] = prompt.layout.to_dict()
         if tags:
             script = sorted([int(at), self.encode(text)] for at, text in tags)
-            for (a, ids), (b, _) in zip(script, script[1:]):
-                if a + len(ids) > b:
+            for (a, tag_ids), (b, _) in zip(script, script[1:]):
+                if a + len(tag_ids) > b:
                     raise ValueError(f"director tags overlap: the tag at output {a} is "
-                                     f"{len(ids)} tokens long, the next starts at {b}")
+                                     f"{len(tag_ids)} tokens long, the next starts at {b}")
             extra[EXTRA_DIRECTOR] = script
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
                                 output_kind=RequestOutputKind.DELTA, extra_args=extra)
@@ -144,6 +166,8 @@ class Lab:
         forced = {at + k for at, ids in extra.get(EXTRA_DIRECTOR, []) for k in range(len(ids))}
         self.requests[rid] = {"prompt": prompt, "token_ids": [], "text": "", "finished": False,
                               "forced": forced}
+        self._added.append({"req": rid, "prompt_len": len(ids), "max_tokens": max_tokens,
+                            "layout": extra.get(EXTRA_LAYOUT), "tags": [list(t) for t in tags]})
         return rid
 
     def abort(self, rid: str) -> None:
@@ -151,12 +175,22 @@ class Lab:
         self.requests[rid]["finished"] = True
 
     # ---- stepping ------------------------------------------------------------------------
-    def step(self) -> StepResult:
-        """Run exactly one engine step."""
+    def step(self) -> StepRecord:
+        """Run exactly one engine step and return its record."""
+        n_warn = len(self.tracker.warnings)
         t0 = time.perf_counter()
         outs = self.engine.step()
         wall = time.perf_counter() - t0
-        res = StepResult(self.step_index, wall, self.tracker.reset_log())
+        hook = self.tracker.reset_log()
+        rec = StepRecord(self.step_index, wall, added=self._added,
+                         warnings=self.tracker.warnings[n_warn:])
+        self._added = []
+        by_req: dict[str, dict] = {}
+        for h in hook:            # normally one metadata build per step
+            rec.hook_us += h["hook_us"]
+            rec.metadata = h.get("metadata", rec.metadata)
+            for r in h["requests"]:
+                by_req[r["req"]] = dict(r)
         for o in outs:
             c = o.outputs[0]
             r = self.requests.get(o.request_id)
@@ -164,10 +198,19 @@ class Lab:
                 r["token_ids"] += list(c.token_ids)
                 r["text"] += c.text
                 r["finished"] = o.finished
-            res.outputs[o.request_id] = {"token_ids": list(c.token_ids), "text": c.text,
-                                         "finished": o.finished}
+            d = by_req.setdefault(o.request_id, {"req": o.request_id})
+            d.update(new_token_ids=list(c.token_ids), new_text=c.text, finished=o.finished)
+        rec.requests = list(by_req.values())
+        rec.scheduled = [{"req": r["req"], "query_len": r["query_len"]}
+                         for r in rec.requests if "query_len" in r]
+        if self.track_kv:
+            snap = kvmap.snapshot(self._core)
+            rec.kv = kvmap.diff(self._kv, snap)
+            self._kv = snap
         self.step_index += 1
-        return res
+        if self._writer is not None:
+            self._writer.write(rec.to_dict())
+        return rec
 
     def has_unfinished(self) -> bool:
         return self.engine.has_unfinished_requests()
@@ -176,7 +219,7 @@ class Lab:
         while self.has_unfinished():
             yield self.step()
 
-    def run(self) -> list[StepResult]:
+    def run(self) -> list[StepRecord]:
         return list(self)
 
     def request_state(self, rid: str):
@@ -207,7 +250,43 @@ class Lab:
                 continue
         return "vllm unknown"
 
+    def kv_changes_from_empty(self) -> dict:
+        """The physical KV map as it is now, written as changes from an empty cache."""
+        return kvmap.diff({}, self._kv)
+
+    def skeleton(self) -> dict:
+        """Diagram 1's data, introspected from the loaded model (see hook/introspect.py)."""
+        from .hook.introspect import skeleton
+
+        return skeleton(self._runner)
+
+    def provenance(self) -> dict:
+        from datetime import datetime, timezone
+
+        return {"vllm": self.engine_name, "device": self.device, "model": self.model,
+                "model_name": Path(self.model).name, "runner": self.runner_class,
+                "backend": self.tracker.backend, "block_size": self.block_size,
+                "num_blocks": self.num_blocks, "da_lab": __version__,
+                "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+    def record(self, path: str | Path):
+        """Record every following step to a trace file (.jsonl.gz, or .parquet for large
+        runs); returns the writer, which `stop_recording()` (or shutdown) closes."""
+        from .trace import TraceWriter
+
+        self.stop_recording()
+        header = {"provenance": self.provenance(), "skeleton": self.skeleton(),
+                  "initial_kv": self.kv_changes_from_empty()}
+        self._writer = TraceWriter(path, header)
+        return self._writer
+
+    def stop_recording(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
     def shutdown(self) -> None:
+        self.stop_recording()
         global _live_lab
         import gc
 

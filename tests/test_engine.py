@@ -115,7 +115,7 @@ def test_concurrent_requests_do_not_affect_each_other(lab):
     solo_local, *_ = run(lab, prompt, [(3, "<local>")], max_tokens=20)
     a = lab.add_request(prompt, tags=[(2, "<focus C5>")], max_tokens=20)
     b = lab.add_request(prompt, tags=[(3, "<local>")], max_tokens=20)
-    batched = [res for res in lab.run() if len(res.hook and res.hook[0]["requests"]) == 2]
+    batched = [res for res in lab.run() if len([r for r in res.requests if "mode" in r]) == 2]
     assert batched, "the two requests never ran in the same step"
     assert lab.requests[a]["token_ids"] == solo_focus
     assert lab.requests[b]["token_ids"] == solo_local
@@ -193,3 +193,63 @@ def test_cli_demo_json_is_one_document():
     focus = [s["blocks_read"] for s in doc["steps"] if s["mode"] == "focus"]
     assert doc["steps"][0]["blocks_read"] >= 26 and max(focus) <= 10
     assert doc["steps"][-1]["blocks_read"] == doc["steps"][-1]["blocks_total"]
+
+
+def test_recompute_of_masked_request_warns(lab):
+    """64 blocks can't hold two long requests: vLLM preempts one and later recomputes it."""
+    from da_lab.layout import build_prompt, seed_texts
+
+    head, chunks, tail = seed_texts()
+    filler = lab.encode("\n")[0]
+    prompts = [build_prompt(lab.encode, h, chunks, tail, filler_id=filler,
+                            bos_id=lab.tokenizer.bos_token_id, chunk_blocks=2)
+               for h in (head, "Another " + head)]          # distinct: no shared prefix blocks
+    rids = [lab.add_request(p, tags=[(0, "<local>")], max_tokens=480) for p in prompts]
+    n_warn = len(lab.tracker.warnings)
+    lab.run()
+    warned = [w for w in lab.tracker.warnings[n_warn:] if w["kind"] == "recompute_under_mask"]
+    assert warned and warned[0]["req"] in rids
+    assert all(len(lab.requests[r]["token_ids"]) == 480 for r in rids)
+
+
+def test_overlapping_director_tags_are_refused(lab):
+    prompt = lab.seed_prompt()
+    with pytest.raises(ValueError, match="director tags overlap"):
+        lab.add_request(prompt, tags=[(0, "<focus C1>"), (2, "<local>")])
+
+
+MULTIPROC = textwrap.dedent("""
+    import json, os, sys
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"      # engine core in its own process
+    from vllm import LLM, SamplingParams
+    from da_lab.hook.director import Director
+
+    if __name__ == "__main__":
+        ids, extra = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+        llm = LLM(model=sys.argv[1], dtype="float32", block_size=32, enforce_eager=True,
+                  num_gpu_blocks_override=64, max_model_len=2016, seed=0,
+                  logits_processors=[Director])
+        out = llm.generate([{"prompt_token_ids": ids}], SamplingParams(
+            temperature=0, max_tokens=30, ignore_eos=True, extra_args=extra))
+        print("TOKENS", json.dumps(list(out[0].outputs[0].token_ids)))
+""")
+
+
+def test_layout_travels_with_the_request_to_another_process(lab, tmp_path):
+    """Multiprocess engine: the plugin loads in the engine-core process, the layout and the
+    director script reach it through SamplingParams.extra_args, and the tokens equal the
+    in-process masked run's."""
+    prompt = lab.seed_prompt()
+    tags = [(2, "<local>")]
+    toks, steps, _, rid = run(lab, prompt, tags, max_tokens=30)
+    assert any(s["blocks_read"] < s["blocks_total"] for s in steps)
+    extra = {"da_layout": prompt.layout.to_dict(), "da_id": "mp",
+             "da_director": [[at, lab.encode(t)] for at, t in tags]}
+    script = tmp_path / "mp.py"
+    script.write_text(MULTIPROC)
+    out = subprocess.run([sys.executable, str(script), lab.model, json.dumps(prompt.token_ids),
+                          json.dumps(extra)], capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, VLLM_LOGGING_STREAM="ext://sys.stderr"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = [x for x in out.stdout.splitlines() if x.startswith("TOKENS ")][-1]
+    assert json.loads(line[7:]) == toks

