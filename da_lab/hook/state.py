@@ -35,18 +35,26 @@ class RequestState:
     events: list[dict] = field(default_factory=list)
     # One entry per step: (first query position, seq_len, kept logical blocks or None = all).
     mask_history: list[tuple[int, int, np.ndarray | None]] = field(default_factory=list)
-    _kept_key: tuple = ()
+    _kept_key: tuple = (None, -1, -1)
     _kept: np.ndarray | None = None
+    _dir_dict: tuple = (None, None)
 
     def kept(self, seq_len: int, query_len: int) -> np.ndarray:
-        # The decision only changes with the directive, the block count or the first query
-        # block, so most decode steps reuse the last answer.
+        # The decision only changes with the directive (a new object per trapped tag), the
+        # block count or the first query block, so most decode steps reuse the last answer.
         bs = self.layout.block_size
-        key = (self.stream.directive, -(-seq_len // bs), (seq_len - query_len) // bs)
-        if key != self._kept_key:
-            self._kept_key = key
-            self._kept = kept_blocks(self.stream.directive, self.layout, seq_len, query_len)
+        d, nb, qb = self.stream.directive, -(-seq_len // bs), (seq_len - query_len) // bs
+        kd, knb, kqb = self._kept_key
+        if d is not kd or nb != knb or qb != kqb:
+            self._kept_key = (d, nb, qb)
+            self._kept = kept_blocks(d, self.layout, seq_len, query_len)
         return self._kept
+
+    def directive_dict(self) -> dict:
+        d = self.stream.directive
+        if self._dir_dict[0] is not d:
+            self._dir_dict = (d, d.to_dict())
+        return self._dir_dict[1]
 
 
 class Tracker:
@@ -67,7 +75,10 @@ class Tracker:
         self.device = ""
         self.backend = ""
         self.step_index = 0
-        self.timing = {"decide_rewrite_s": 0.0, "detok_tags_s": 0.0, "requests": 0}
+        # decide_rewrite: the decision and bookkeeping here; apply: the builder-side rewrite
+        # of the metadata (v1.py); detok_tags: incremental detokenize + tag state machine.
+        self.timing = {"decide_rewrite_s": 0.0, "apply_s": 0.0, "detok_tags_s": 0.0,
+                       "requests": 0}
 
     # ---- request lifecycle -------------------------------------------------------------
     def _tok(self):
@@ -175,7 +186,7 @@ class Tracker:
                 kepts.append(kept)
             rec = {"req": st.da_id, "row": i, "block_size": bs, "seq_len": seq_len,
                    "query_len": q,
-                   "attn_seq_len": attn_len, "directive": st.stream.directive.to_dict(),
+                   "attn_seq_len": attn_len, "directive": st.directive_dict(),
                    "mode": st.stream.directive.mode.value, "tag_buffer": st.stream.buffer,
                    "blocks_total": n_blocks, "blocks_read": int(len(kept)),
                    "n_output_seen": st.n_seen, "events": st.events[n_events:]}
