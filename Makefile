@@ -36,7 +36,7 @@ lab: install
 	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --ServerApp.root_dir=notebooks
 
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --nbmake tests notebooks
 
 demo: install
 	$(BIN)/da-lab demo
