@@ -11,6 +11,10 @@ export TRANSFORMERS_OFFLINE := 1
 export VLLM_ENABLE_V1_MULTIPROCESSING := 0
 export VLLM_CPU_KVCACHE_SPACE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# Debian's Chromium serves kaleido (PNG/SVG export) and Playwright (the browser test); neither
+# may download a browser of its own.
+CHROMIUM := /usr/bin/chromium
+export BROWSER_PATH := $(CHROMIUM)
 
 .PHONY: lab test install check-env demo clean
 
@@ -26,7 +30,12 @@ $(STAMP): $(LOCK) pyproject.toml | $(BIN)/python
 	$(BIN)/python tools/check_env.py
 	touch $@
 
-install: $(STAMP)
+install: $(STAMP) $(CHROMIUM)
+
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-dejavu-core >/dev/null; \
+	else echo "Debian's chromium is needed for export and the browser test: sudo apt-get install chromium"; exit 1; fi
 
 check-env: install
 	$(BIN)/python tools/check_env.py

@@ -170,6 +170,25 @@ class Lab:
                             "layout": extra.get(EXTRA_LAYOUT), "tags": [list(t) for t in tags]})
         return rid
 
+    def steer(self, rid: str, tag: str) -> int:
+        """Make the director write `tag` into a running request's output, starting at its next
+        token; the hook then traps it like any tag the model wrote. Returns that output index.
+        (The mode never changes beside the stream: this only forces tokens.)"""
+        from .hook.director import LIVE
+
+        r = self.requests.get(rid)
+        if r is None or r["finished"]:
+            raise ValueError(f"no running request {rid!r} to steer")
+        at = len(r["token_ids"])
+        script = LIVE.setdefault(rid, [])
+        for a, ids in script:                # never cut a tag that is being written
+            if a <= at < a + len(ids):
+                at = a + len(ids)
+        ids = self.encode(tag)
+        script.append((at, ids))
+        r["forced"].update(range(at, at + len(ids)))
+        return at
+
     def abort(self, rid: str) -> None:
         self.engine.abort_request([rid])
         self.requests[rid]["finished"] = True
@@ -177,6 +196,8 @@ class Lab:
     # ---- stepping ------------------------------------------------------------------------
     def step(self) -> StepRecord:
         """Run exactly one engine step and return its record."""
+        from .hook.director import LIVE
+
         n_warn = len(self.tracker.warnings)
         t0 = time.perf_counter()
         outs = self.engine.step()
@@ -198,6 +219,8 @@ class Lab:
                 r["token_ids"] += list(c.token_ids)
                 r["text"] += c.text
                 r["finished"] = o.finished
+                if o.finished:
+                    LIVE.pop(o.request_id, None)
             d = by_req.setdefault(o.request_id, {"req": o.request_id})
             d.update(new_token_ids=list(c.token_ids), new_text=c.text, finished=o.finished)
         rec.requests = list(by_req.values())
@@ -294,6 +317,9 @@ class Lab:
             self.engine.engine_core.shutdown()
         except Exception:   # noqa: BLE001 - best effort; the process may be exiting anyway
             pass
+        from .hook.director import LIVE
+
+        LIVE.clear()
         self.llm = self.engine = None
         self.tracker.requests.clear()
         self.tracker.finished.clear()

@@ -253,3 +253,21 @@ def test_layout_travels_with_the_request_to_another_process(lab, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     line = [x for x in out.stdout.splitlines() if x.startswith("TOKENS ")][-1]
     assert json.loads(line[7:]) == toks
+
+
+def test_steering_a_running_request(lab, reference):
+    """A user's button: the director writes the tag from the next token on, the hook traps it."""
+    prompt = lab.seed_prompt()
+    rid = lab.add_request(prompt, max_tokens=30)
+    for _ in range(4):
+        lab.step()
+    at = lab.steer(rid, "<focus C3,C7>")
+    assert at == 4
+    recs = lab.run()
+    modes = [r.request(rid)["mode"] for r in recs if r.request(rid) and "mode" in r.request(rid)]
+    assert modes[-1] == "focus"
+    text = lab.requests[rid]["text"]
+    assert "<focus C3,C7>" in text
+    state = lab.request_state(rid)
+    r = oracle(lab, reference, prompt, rid, state)
+    assert r.mismatches_masked == [] and r.mismatches_unmasked

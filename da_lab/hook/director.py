@@ -15,7 +15,11 @@ from __future__ import annotations
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
-from .state import EXTRA_DIRECTOR
+from .state import EXTRA_DIRECTOR, EXTRA_ID
+
+# da_id -> that request's script, shared with the rows below: `Lab.steer` appends to it while
+# the request runs (in-process engines only), so a user's button ends up in the model's stream.
+LIVE: dict[str, list] = {}
 
 
 class Director(LogitsProcessor):
@@ -32,12 +36,15 @@ class Director(LogitsProcessor):
         for i in batch_update.removed:
             self.rows.pop(i, None)
         for i, params, _prompt, output_ids in batch_update.added:
-            script = (params.extra_args or {}).get(EXTRA_DIRECTOR) if params else None
-            if script:
-                self.rows[i] = ([(int(at), [int(t) for t in ids]) for at, ids in script],
-                                output_ids)
-            else:
+            extra = (params.extra_args or {}) if params else {}
+            if EXTRA_ID not in extra and EXTRA_DIRECTOR not in extra:
                 self.rows.pop(i, None)
+                continue
+            script = LIVE.setdefault(str(extra[EXTRA_ID]), []) if EXTRA_ID in extra else []
+            for at, ids in extra.get(EXTRA_DIRECTOR) or ():
+                if (int(at), [int(t) for t in ids]) not in script:   # a resumed request
+                    script.append((int(at), [int(t) for t in ids]))
+            self.rows[i] = (script, output_ids)
         for a, b, how in batch_update.moved:
             ra, rb = self.rows.pop(a, None), self.rows.pop(b, None)
             if ra is not None:
