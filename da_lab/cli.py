@@ -100,6 +100,13 @@ def cmd_replay(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    """Headless export of the four diagrams and the blocks-read chart (kaleido + Chromium)."""
+    from da_lab_widgets.export import main_export
+
+    return main_export([args.trace, "--out", args.out])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="da-lab", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -113,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         if name == "record":
             d.add_argument("--out", required=True, help="trace file: .jsonl.gz or .parquet")
         d.set_defaults(fn=fn)
+    e = sub.add_parser("export", help="write every diagram of a trace as PNG, SVG and HTML")
+    e.add_argument("trace")
+    e.add_argument("--out", required=True, help="output folder")
+    e.set_defaults(fn=cmd_export)
     r = sub.add_parser("replay", help="print a recorded trace like `demo` (no vLLM needed)")
     r.add_argument("file")
     r.add_argument("--json", action="store_true", help="one JSON document on stdout")

@@ -1,0 +1,440 @@
+"""Diagram 4 — the DA hook, animated.
+
+Per engine step, for one request: the response stream so far (trapped tags marked), the tag
+buffer the hook's state machine held when it built this step's metadata (it flashes on the step
+a tag was trapped at its '>'), three lamps for the mode, the three layers a step passes through
+(model code, metadata path + DA hook, kernel) with this step's numbers, the request's row of
+logical blocks coloured by DA region with the masked ones grey, and blocks read per step.
+
+With a live Lab, "steer it yourself": a button makes the director write a tag into the
+request's own output stream from its next token; the hook then traps it like a tag the model
+wrote (Lab.steer). Replays can't steer, so the buttons are disabled there.
+"""
+
+from __future__ import annotations
+
+import html
+from bisect import bisect_right
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+
+from da_lab.tags import Directive, Mode, parse_tag, tag_text
+
+from .blocks import HL, MASKED, NONE, Pusher, RequestView, phys_row
+from .highlight import Highlight
+from .source import added_entry, first_request, request_in
+
+_W = 920
+_LAMP_ON = {"global": "#2a9d8f", "focus": "#1f6fb4", "local": "#e76f51"}
+_BAND_ACTIVE = "#fff3c4"     # the band where this step's difference is made
+
+
+def _visible(text: str) -> str:
+    """HTML for stream text: control characters become their visible Unicode pictures (the
+    random-weight model writes some), everything else escaped."""
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if ch == "\n":
+            out.append("↵<br>")
+        elif o < 0x20:
+            out.append(chr(0x2400 + o))
+        elif o == 0x7F:
+            out.append("␡")
+        else:
+            out.append(html.escape(ch))
+    return "".join(out)
+
+
+def _short(region: str) -> str:
+    return {"scaffold": "S", "prompt": "P", "tail": "Q", "response": "R"}.get(region, region)
+
+
+class _Series:
+    """One request's per-step numbers and text, gathered once per record as records arrive (a
+    live run appends), so showing step i is a slice, not a rescan of the run."""
+
+    def __init__(self, records: list, req: str) -> None:
+        self.records, self.req = records, req
+        self.idx: list[int] = []        # record indices where req has hook data
+        self.steps: list[int] = []
+        self.read: list[int] = []
+        self.total: list[int] = []
+        self.text_end: list[int] = []   # len(stream text) after each record (every record)
+        self.parts: list[str] = []
+        self.tags: list[tuple[int, int, int, str]] = []   # (record idx, start, end, kind)
+        self.n = 0
+        self._len = 0
+
+    def scan(self) -> None:
+        for k in range(self.n, len(self.records)):
+            h = request_in(self.records[k], self.req)
+            if h is not None and "blocks_read" in h:
+                self.idx.append(k)
+                self.steps.append(self.records[k].get("step", k))
+                self.read.append(int(h["blocks_read"]))
+                self.total.append(int(h.get("blocks_total") or h["blocks_read"]))
+            for e in (h or {}).get("events") or ():
+                if e.get("kind") in ("tag_trapped", "malformed_tag") and e.get("text"):
+                    self.tags.append((k, *self._span("".join(self.parts), e), e["kind"]))
+            new = (h or {}).get("new_text") or ""
+            self.parts.append(new)
+            self._len += len(new)
+            self.text_end.append(self._len)
+        self.n = len(self.records)
+
+    @staticmethod
+    def _span(text: str, e: dict) -> tuple[int, int]:
+        """Where a trapped tag sits in the stream: the event's offset is just past its last
+        character; if the decoded text drifted from the hook's, find the tag's last copy."""
+        t, end = e["text"], int(e.get("offset") or 0)
+        if text[max(0, end - len(t)):end] == t:
+            return end - len(t), end
+        at = text.rfind(t)
+        return (at, at + len(t)) if at >= 0 else (0, 0)
+
+    def upto(self, i: int) -> int:
+        """How many per-step entries belong to records <= i."""
+        return bisect_right(self.idx, i)
+
+
+class DAHookDiagram:
+    name = "dahook"
+
+    def __init__(self, header: dict, highlight: Highlight | None = None,
+                 req: str | None = None, lab=None) -> None:
+        prov = header.get("provenance") or {}
+        self.header = header
+        self.block_size = int(prov["block_size"])
+        self.num_blocks = int(prov["num_blocks"])
+        self.backend = str(prov.get("backend") or "attention backend")
+        self.highlight = highlight if highlight is not None else Highlight()
+        self.req = req
+        self.lab = lab
+        self.view: RequestView | None = None
+        self.lit: str | None = None          # the lamp that is on: "global" | "focus" | "local"
+        self._series: _Series | None = None
+        self._records: list | None = None
+        self._i: int | None = None
+        self._phys: list = []
+        self._base_line: tuple[list, list] = ([], [])
+
+        self.title = widgets.HTML(
+            f"<b>The DA hook</b> — {html.escape(str(prov.get('vllm', '')))} on "
+            f"{html.escape(str(prov.get('device', '')))}, "
+            f"{html.escape(str(prov.get('runner', '')).rsplit('.', 1)[-1])}, "
+            f"{html.escape(self.backend)}")
+        self.lamps = {}
+        for m in Mode:
+            w = widgets.HTML(self._lamp_html(m.value, False))
+            w.add_class("da-lamp")
+            w.add_class(f"da-lamp-{m.value}")
+            self.lamps[m.value] = w
+        self.tag_buffer = widgets.HTML(self._buffer_html("", None))
+        self.tag_buffer.add_class("da-tag-buffer")
+        self.stream = widgets.HTML()
+        self.stream.add_class("da-stream")
+        self.bands = {k: widgets.HTML() for k in ("model", "hook", "kernel")}
+        for k, w in self.bands.items():
+            w.add_class(f"da-band-{k}")
+        self.blocks_read = widgets.Label("blocks read: –")
+        self.blocks_read.add_class("da-blocks-read")
+        self.key = widgets.HTML()
+        self.figure = self._build_row()
+        self.chart = self._build_chart()
+        self.push_row, self.push_chart = Pusher(self.figure), Pusher(self.chart)
+        self.chart_box = widgets.Box([self.chart])
+        self.chart_box.add_class("da-blocks-chart")
+        self.steer_box = self._build_steering()
+        self.widget = widgets.VBox([
+            self.title,
+            widgets.HBox([*self.lamps.values(), self.tag_buffer]),
+            self.stream,
+            widgets.VBox(list(self.bands.values())),
+            self.figure, self.key, self.blocks_read, self.chart_box, self.steer_box])
+        self.widget.add_class("da-dahook")
+        self.highlight.observe(self._on_highlight, "block")
+
+    # ---- static parts ----------------------------------------------------------------------
+    def _build_row(self) -> go.FigureWidget:
+        fig = go.FigureWidget(layout=dict(
+            width=_W, height=96, margin=dict(l=10, r=10, t=24, b=6), showlegend=False,
+            plot_bgcolor="white", hovermode="closest",
+            title=dict(text="", font=dict(size=12), x=0.01, xanchor="left"),
+            xaxis=dict(visible=False, range=[-0.5, 0.5], fixedrange=True),
+            yaxis=dict(visible=False, range=[-0.6, 0.6], fixedrange=True)))
+        fig.add_scatter(name="row", x=[], y=[], mode="markers+text", text=[],
+                        marker=dict(symbol="square", size=10, color=[]),
+                        textfont=dict(size=9), hoverinfo="text", hovertext=[])
+        fig.data[0].on_hover(self._hovered)
+        return fig
+
+    def _build_chart(self) -> go.FigureWidget:
+        fig = go.FigureWidget(layout=dict(
+            width=_W, height=220, margin=dict(l=50, r=10, t=30, b=40), plot_bgcolor="white",
+            title=dict(text="blocks read per step", font=dict(size=12), x=0.01, xanchor="left"),
+            xaxis=dict(title="engine step", showgrid=True, gridcolor="#eee"),
+            yaxis=dict(title="blocks", rangemode="tozero", showgrid=True, gridcolor="#eee"),
+            legend=dict(orientation="h", x=0.3, xanchor="left", y=1.18)))
+        fig.add_scatter(name="blocks read", x=[], y=[], mode="lines+markers",
+                        line=dict(color="#1f6fb4", shape="hv"), marker=dict(size=4))
+        fig.add_scatter(name="blocks total", x=[], y=[], mode="lines",
+                        line=dict(color="#888", dash="dash", shape="hv"))
+        fig.add_scatter(name="this step", x=[], y=[], mode="markers",
+                        marker=dict(size=11, color="#ff5400", symbol="circle-open",
+                                    line=dict(width=2.5)), showlegend=False)
+        return fig
+
+    def _build_steering(self) -> widgets.Widget:
+        live = self.lab is not None
+        why = "" if live else "replay: steering needs a live Lab (LiveSource)"
+        self.steer_buttons = {}
+        for m in Mode:
+            b = widgets.Button(description=m.value.upper(), disabled=not live,
+                               tooltip=why or f"write <{m.value}…> into the response stream")
+            b.add_class(f"da-steer-{m.value}")
+            b.on_click(lambda _b, m=m: self.steer(m.value))
+            self.steer_buttons[m.value] = b
+        self.chunk_picker = widgets.SelectMultiple(options=[], rows=4, disabled=not live,
+                                                   description="focus on", tooltip=why)
+        self.chunk_picker.add_class("da-steer-chunks")
+        self.steer_status = widgets.Label(why)
+        self.steer_status.add_class("da-steer-status")
+        return widgets.VBox([
+            widgets.HTML("<b>steer it yourself</b>"),
+            widgets.HBox([*self.steer_buttons.values(), self.chunk_picker]),
+            self.steer_status])
+
+    def _bind(self, records: list, req: str, n_min: int) -> None:
+        view = self.view = RequestView.reuse(self.view, records, req, self.block_size,
+                                             self.num_blocks, n_min)
+        n = view.n_slots
+        cell = min((_W - 20) / n, 40)
+        self.push_row({0: {"x": list(range(n)), "y": [0] * n, "text": [""] * n,
+                               "marker.size": cell * 0.88, "marker.color": [NONE] * n,
+                               "textfont.size": max(7, min(10, cell * 0.4))}},
+             {"xaxis.range": [-0.5, n - 0.5]})
+        lay = view.layout
+        chunks = f"C1–C{lay.n_chunks}" if lay is not None and lay.n_chunks else "prompt"
+        seen = dict(zip(view.regions, view.colors))
+        sw = '<span style="color:{}">■</span>'.format
+        chunk_sw = "".join(sw(c) for r, c in seen.items() if r.startswith("C"))
+        self.key.value = (
+            f"<small>{sw(seen.get('scaffold', seen.get('prompt', NONE)))} S scaffold + sink · "
+            f"{chunk_sw} chunks {chunks} · {sw(seen.get('tail', NONE))} Q question (scaffold "
+            f"tail) · {sw(seen.get('response', NONE))} R response · {sw(MASKED)} masked "
+            f"(hidden from the kernel this step)</small>")
+        if lay is not None and not self.chunk_picker.options:
+            names = [f"C{k}" for k in range(1, lay.n_chunks + 1)]
+            self.chunk_picker.options = names
+            self.chunk_picker.value = [f"C{c}" for c in self._default_focus(records, req, lay)]
+        if self._series is None or self._series.req != req or self._series.records is not records:
+            self._series = _Series(records, req)
+
+    @staticmethod
+    def _default_focus(records: list, req: str, lay) -> tuple[int, ...]:
+        """The chunks of the first <focus …> in the request's director script, else C1."""
+        for _at, text in (added_entry(records, req) or {}).get("tags") or ():
+            d = parse_tag(str(text), lay.n_chunks)
+            if isinstance(d, Directive) and d.mode is Mode.FOCUS:
+                return d.chunks
+        return (1,)
+
+    # ---- per step --------------------------------------------------------------------------
+    def show(self, records: list, i: int) -> None:
+        rec = records[i]
+        if self.req is None:
+            self.req = first_request(records[: i + 1])
+            if self.req is None and self.lab is not None and self.lab.requests:
+                self.req = next(iter(self.lab.requests))
+        if self.req is None:
+            return
+        h = request_in(rec, self.req)
+        staged = phys_row(h) if h else []
+        if (self.view is None or self.view.req != self.req or len(staged) > self.view.n_slots
+                or self._series is None or self._series.records is not records):
+            self._bind(records, self.req, len(staged))
+        self._records, self._i = records, i
+        s = self._series
+        s.scan()
+        k = s.upto(i)
+        hooked = h is not None and "mode" in h
+
+        # the stream, the buffer, the lamps
+        prev_end = s.text_end[i - 1] if i > 0 else 0
+        buf = (h or {}).get("tag_buffer") or ""
+        trapped = [e for e in (h or {}).get("events") or () if e.get("kind") == "tag_trapped"]
+        self.stream.value = self._stream_html("".join(s.parts[: i + 1]), s, i, prev_end, buf)
+        self.tag_buffer.value = self._buffer_html(buf, trapped[-1]["text"] if trapped else None)
+        if trapped:
+            self.tag_buffer.add_class("da-flash")
+        else:
+            self.tag_buffer.remove_class("da-flash")
+        mode = h.get("mode") if hooked else None
+        if mode != self.lit:
+            for m, w in self.lamps.items():
+                w.value = self._lamp_html(m, m == mode)
+                (w.add_class if m == mode else w.remove_class)("da-lamp-on")
+            self.lit = mode
+
+        # the three bands and the blocks-read label
+        self._bands(rec, h if hooked else None)
+        n_read = h.get("blocks_read") if hooked else None
+        self.blocks_read.value = f"blocks read: {n_read if n_read is not None else '–'}"
+
+        # the row of logical blocks
+        upd, lay = self._row(rec, h if hooked else None, staged)
+        self.push_row({0: upd}, lay)
+        self.push_chart({0: {"x": s.steps[:k], "y": s.read[:k]},
+                          1: {"x": s.steps[:k], "y": s.total[:k]},
+                          2: {"x": s.steps[k - 1:k], "y": s.read[k - 1:k]}})
+
+    def _stream_html(self, text: str, s: _Series, i: int, prev_end: int, buf: str) -> str:
+        marks = [(a, b, kind) for k, a, b, kind in s.tags if k <= i and b > a]
+        # the tag still being written: the hook's buffer is the end of the text it had seen
+        if buf and text[:prev_end].endswith(buf):
+            marks.append((prev_end - len(buf), prev_end, "pending"))
+        marks.sort()
+        out, at = [], 0
+        style = {"tag_trapped": "background:#ffe066;border-radius:3px",
+                 "malformed_tag": "background:#ffd6d6;text-decoration:line-through",
+                 "pending": "border-bottom:2px dotted #ff5400"}
+        for a, b, kind in marks:
+            if a < at:
+                continue
+            out.append(_visible(text[at:a]))
+            out.append(f'<span class="da-{kind}" style="{style[kind]}">'
+                       f"{_visible(text[a:b])}</span>")
+            at = b
+        out.append(_visible(text[at:]))
+        return ('<div style="font-family:monospace;white-space:pre-wrap;border:1px solid #ddd;'
+                'padding:4px 6px;max-height:7em;overflow:auto"><small style="color:#888">'
+                f"response of {html.escape(self.req or '')} after this step:</small><br>"
+                + "".join(out) + "</div>")
+
+    @staticmethod
+    def _buffer_html(buf: str, trapped: str | None) -> str:
+        if trapped is not None:
+            body = (f'<span style="background:#ffe066;padding:0 4px">{_visible(trapped)}</span>'
+                    " trapped at '&gt;'")
+            box = "border:2px solid #ff5400;background:#fff7d6"
+        else:
+            body = _visible(buf) if buf else '<span style="color:#aaa">(empty)</span>'
+            box = "border:1px solid #999"
+        return (f'<div style="{box};padding:4px 8px;margin-left:12px;font-family:monospace;'
+                f'min-width:16em"><small style="color:#888">tag buffer (hook, before this '
+                f"step's token)</small><br>{body}</div>")
+
+    @staticmethod
+    def _lamp_html(mode: str, on: bool) -> str:
+        c = _LAMP_ON[mode]
+        style = (f"background:{c};color:white;box-shadow:0 0 10px {c}" if on
+                 else "background:#f0f0f0;color:#999")
+        return (f'<div style="{style};border-radius:12px;padding:3px 12px;margin:6px 4px;'
+                f'font-weight:bold;font-family:sans-serif">{mode.upper()}</div>')
+
+    def _bands(self, rec: dict, h: dict | None) -> None:
+        def band(key, label, detail, active=False):
+            bg = _BAND_ACTIVE if active else "#f7f7f7"
+            self.bands[key].value = (
+                f'<div style="background:{bg};border-left:4px solid #999;padding:2px 8px;'
+                f'margin:1px 0;font-family:sans-serif"><b>{html.escape(label)}</b>'
+                f' <span style="color:#444">{detail}</span></div>')
+
+        kernel = f"kernel ({self.backend})"
+        if h is None:
+            msg = f"step {rec.get('step')}: {html.escape(str(self.req))} not scheduled"
+            band("model", "model code (untouched)", msg)
+            band("hook", "metadata path + DA hook", "")
+            band("kernel", kernel, "")
+            return
+        seq, q = int(h["seq_len"]), int(h.get("query_len") or 0)
+        attn = int(h.get("attn_seq_len") or seq)
+        total, read = int(h.get("blocks_total") or 0), int(h["blocks_read"])
+        d = h.get("directive") or {"mode": h["mode"]}
+        try:
+            directive = str(Directive.from_dict(d))
+        except (ValueError, TypeError):
+            directive = h["mode"]
+        band("model", "model code (untouched)",
+             f"forward of {q} new token{'s' if q != 1 else ''} at positions {seq - q}…{seq - 1};"
+             f" the model never sees DA")
+        band("hook", "metadata path + DA hook",
+             f"directive <b>{html.escape(directive)}</b>: staged row {total} blocks → "
+             f"builder row {read} blocks; seq_len {seq} → {attn}; slot mapping keeps the full "
+             f"row", active=read < total)
+        band("kernel", kernel, f"reads {read} of {total} blocks ({attn} tokens)")
+
+    def _row(self, rec: dict, h: dict | None, staged: list[int]) -> tuple[dict, dict]:
+        v, n = self.view, self.view.n_slots
+        if h is None:
+            self._phys = [None] * n
+            self._base_line = ([NONE] * n, [0] * n)
+            return ({"text": [""] * n, "marker.color": [NONE] * n, "hovertext": [""] * n,
+                     **self._lines()},
+                    {"title.text": f"{html.escape(v.req)}: not scheduled at step "
+                                   f"{rec.get('step')}"})
+        total = int(h.get("blocks_total") or len(staged))
+        kept = set(h.get("kept_logical") or range(total))
+        rng = range(n)
+        ns = len(staged)
+        colors = [(v.colors[j] if j in kept else MASKED) if j < total else NONE for j in rng]
+        self._phys = [staged[j] if j < min(ns, total) else None for j in rng]
+        self._base_line = (["white" if j < total else NONE for j in rng],
+                           [1 if j < total else 0 for j in rng])
+        upd = {"text": [_short(v.regions[j]) if j < total else "" for j in rng],
+               "marker.color": colors,
+               "textfont.color": [(v.inks[j] if j in kept else "#888") for j in rng],
+               "hovertext": [(f"logical {j} ({v.regions[j]})"
+                              + (f" → physical {staged[j]}" if j < ns else "")
+                              + (": read" if j in kept else ": masked, not read"))
+                             if j < total else "" for j in rng],
+               **self._lines()}
+        title = (f"{html.escape(v.req)}'s row at step {rec.get('step')}: "
+                 f"{len(kept & set(range(total)))} of {total} logical blocks read")
+        return upd, {"title.text": title}
+
+    def _lines(self) -> dict:
+        c, w = list(self._base_line[0]), list(self._base_line[1])
+        hl = self.highlight.block
+        for j, p in enumerate(self._phys):
+            if p is not None and p == hl and j < len(c):
+                c[j], w[j] = HL, 3.5
+        return {"marker.line.color": c, "marker.line.width": w}
+
+    # ---- the shared highlight --------------------------------------------------------------
+    def _hovered(self, _trace, points, _state) -> None:
+        if not points.point_inds:
+            return
+        j = points.point_inds[0]
+        if j < len(self._phys) and self._phys[j] is not None:
+            self.highlight.set(self._phys[j], self.name)
+
+    def _on_highlight(self, _change=None) -> None:
+        if self._records is not None and self.view is not None:
+            self.push_row({0: self._lines()})
+
+    # ---- steering --------------------------------------------------------------------------
+    def steer(self, mode: str) -> str | None:
+        """Have the director write the tag for `mode` (focus: the picked chunks) into the
+        request's output from its next token. Returns the tag, or None if it could not."""
+        if self.lab is None:
+            self.steer_status.value = "replay: steering needs a live Lab (LiveSource)"
+            return None
+        if self.req is None:
+            self.steer_status.value = "no request yet: add one to the Lab and step once"
+            return None
+        try:
+            chunks = tuple(int(c[1:]) for c in self.chunk_picker.value) \
+                if mode == Mode.FOCUS.value else ()
+            tag = tag_text(Directive(Mode(mode), chunks))
+            at = self.lab.steer(self.req, tag)
+        except (ValueError, KeyError, AttributeError) as e:
+            self.steer_status.value = f"could not steer: {e}"
+            return None
+        self.steer_status.value = (f"the director writes {tag} into {self.req}'s output from "
+                                   f"token {at}; the hook traps it at '>' and the mode changes "
+                                   f"the step after")
+        return tag
+

@@ -1,0 +1,145 @@
+"""Where the diagrams' step records come from: a recorded trace, or a Lab running in this process.
+
+Both sources look the same to a player: `.header` (provenance, skeleton, the KV map when the run
+began), `.records` (one plain dict per engine step, `StepRecord.to_dict()`), and `ensure(i)`,
+which says whether record i exists — a live source makes it exist by running engine steps.
+`kv_state` replays the per-step KV changes into the physical map any diagram can draw.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from da_lab.trace import Trace, apply_kv_changes, load
+
+
+class TraceSource:
+    """A recorded run: every record is already there, nothing ever runs."""
+
+    live = False
+
+    def __init__(self, trace: Trace | str | Path) -> None:
+        self.trace = trace if isinstance(trace, Trace) else load(trace)
+        self.header = self.trace.header
+        self.records = self.trace.records
+
+    def ensure(self, i: int) -> bool:
+        return 0 <= i < len(self.records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+class LiveSource:
+    """A Lab running in this process. Records appear only when an engine step runs, and each
+    missing record costs exactly one `lab.step()`: the player asks for the next one on each tick,
+    so the engine never runs ahead of what is on screen."""
+
+    live = True
+
+    def __init__(self, lab) -> None:
+        self.lab = lab
+        # The same header a recording made now would carry (Lab.record writes these three).
+        self.header = {"provenance": lab.provenance(), "skeleton": lab.skeleton(),
+                       "initial_kv": lab.kv_changes_from_empty()}
+        self.records: list[dict] = []
+
+    def ensure(self, i: int) -> bool:
+        while len(self.records) <= i:
+            if not self.lab.has_unfinished():
+                return False
+            self.records.append(self.lab.step().to_dict())
+        return i >= 0
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+# ---------------------------------------------------------------------------------------------
+# reading records: which requests a run has, and one request's part of a step
+
+
+def first_request(records: list) -> str | None:
+    """The first request added in the run (what a diagram follows unless told otherwise)."""
+    for rec in records:
+        for a in rec.get("added") or ():
+            return a["req"]
+    return None
+
+
+def added_entry(records: list, req: str) -> dict | None:
+    """The `added` entry of `req`: prompt length, max_tokens, DA layout, director script."""
+    for rec in records:
+        for a in rec.get("added") or ():
+            if a.get("req") == req:
+                return a
+    return None
+
+
+def request_in(record: dict, req: str) -> dict | None:
+    """`req`'s part of one step record, or None if it did not run in that step."""
+    for h in record.get("requests") or ():
+        if h.get("req") == req:
+            return h
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# the physical KV map after step i
+
+
+# A snapshot every CHECKPOINT records: scrubbing backwards then replays at most that many steps'
+# changes instead of the whole run; stepping forward replays only the new steps' changes.
+CHECKPOINT = 64
+_CACHE_SIZE = 4   # a few (header, records) pairs: one page rarely shows more runs than that
+
+
+def _copy(blocks: dict[int, dict]) -> dict[int, dict]:
+    return {b: {"owners": list(v["owners"]), "cached": bool(v["cached"])}
+            for b, v in blocks.items()}
+
+
+class _KVReplay:
+    def __init__(self, header: dict, records: list) -> None:
+        self.header, self.records = header, records   # held to check identity, not copied
+        self.blocks: dict[int, dict] = {}
+        initial = header.get("initial_kv")
+        if isinstance(initial, dict):
+            apply_kv_changes(self.blocks, initial, "initial_kv")
+        self.base = _copy(self.blocks)   # state before record 0
+        self.at = -1                     # self.blocks = state after record self.at
+        self.checkpoints: dict[int, dict] = {}
+
+    def advance_to(self, i: int) -> dict[int, dict]:
+        if i < self.at:
+            k = max((c for c in self.checkpoints if c <= i), default=None)
+            self.blocks = _copy(self.checkpoints[k] if k is not None else self.base)
+            self.at = -1 if k is None else k
+        while self.at < i:
+            self.at += 1
+            kv = self.records[self.at].get("kv")
+            if isinstance(kv, dict):
+                apply_kv_changes(self.blocks, kv, f"record {self.at}")
+            if self.at % CHECKPOINT == CHECKPOINT - 1:
+                self.checkpoints[self.at] = _copy(self.blocks)
+        return self.blocks
+
+
+_replays: list[_KVReplay] = []
+
+
+def kv_state(header: dict, records: list, i: int) -> dict[int, dict]:
+    """{physical block id: {"owners": [request ids], "cached": bool}} after record i's changes
+    (i = -1: the map when the run began). Blocks never mentioned are absent, i.e. free.
+
+    Cached per (header, records) pair, so showing step i+1 after step i applies one record's
+    changes. The returned dict is the cache's own state: read it, copy it to keep it.
+    Records may only be appended to (a live run), never edited in place."""
+    if not -1 <= i < len(records):
+        raise IndexError(f"no record {i} (the run has {len(records)})")
+    rep = next((r for r in _replays if r.header is header and r.records is records), None)
+    if rep is None:
+        rep = _KVReplay(header, records)
+        _replays.insert(0, rep)
+        del _replays[_CACHE_SIZE:]
+    return rep.advance_to(i)
