@@ -42,7 +42,8 @@ check-env: install
 
 lab: install
 	$(BIN)/python -m da_lab.model
-	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --ServerApp.root_dir=notebooks
+	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --ServerApp.root_dir=notebooks \
+	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 test: install
 	$(BIN)/python -m pytest --nbmake tests notebooks

@@ -24,6 +24,8 @@ LAB_ENV = {
     "TRANSFORMERS_OFFLINE": "1",
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     "VLLM_CPU_KVCACHE_SPACE": "1",
+    # A notebook should show the lab, not pages of engine logs; override to see them.
+    "VLLM_LOGGING_LEVEL": "ERROR",
 }
 
 _live_lab: "Lab | None" = None
