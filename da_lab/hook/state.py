@@ -14,7 +14,7 @@ import numpy as np
 
 from ..layout import Layout
 from ..mask import kept_blocks
-from ..tags import Directive, Event, Mode, TagStream
+from ..tags import Event, TagStream
 
 EXTRA_LAYOUT = "da_layout"      # SamplingParams.extra_args key: Layout.to_dict()
 EXTRA_DIRECTOR = "da_director"  # [[output_index, [token ids]], ...]
@@ -216,9 +216,4 @@ class Tracker:
 TRACKER = Tracker()
 
 
-def directive_of(rec: dict) -> Directive:
-    return Directive.from_dict(rec["directive"])
-
-
-__all__ = ["TRACKER", "Tracker", "RequestState", "EXTRA_LAYOUT", "EXTRA_DIRECTOR", "EXTRA_ID",
-           "Mode", "directive_of"]
+__all__ = ["TRACKER", "Tracker", "RequestState", "EXTRA_LAYOUT", "EXTRA_DIRECTOR", "EXTRA_ID"]
