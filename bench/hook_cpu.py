@@ -3,8 +3,8 @@
     .venv/bin/python bench/hook_cpu.py [--requests 4] [--tokens 96] > bench/results/hook_cpu.txt
 
 Prints, for a batch of seed-scenario requests: engine start time; per-step wall time of a bare
-`engine.step()` loop on stock vLLM (no plugin, separate process), and with the plugin (and the
-director logits processor, which the tags need) with no tags (GLOBAL) and under FOCUS/LOCAL;
+`engine.step()` loop on stock vLLM (no plugin, separate process), and with the plugin (the
+director, which the tags need, lives in the hook) with no tags (GLOBAL) and under FOCUS/LOCAL;
 and the hook's own time per request per step, split into (a) the row decision + bookkeeping +
 builder-side metadata rewrite and (b) incremental detokenize + tag state machine.
 """

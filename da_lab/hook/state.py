@@ -15,10 +15,27 @@ import numpy as np
 from ..layout import Layout
 from ..mask import kept_blocks
 from ..tags import Event, TagStream
+from . import director
 
 EXTRA_LAYOUT = "da_layout"      # SamplingParams.extra_args key: Layout.to_dict()
 EXTRA_DIRECTOR = "da_director"  # [[output_index, [token ids]], ...]
 EXTRA_ID = "da_id"              # the caller's request id (the worker sees an internal one)
+
+
+@dataclass
+class Decision:
+    """What the hook does to one step: rows to compact (batch row, kept logical blocks), their
+    shortened seq_lens, and tokens the director forces into rows' samples."""
+    rows: list[int]
+    kepts: list[np.ndarray]
+    new_seq: np.ndarray | None          # full seq_lens array with masked rows shortened
+    forced: list[tuple[int, int]]       # (batch row, token id)
+    sampling: list[tuple[str, int]] = field(default_factory=list)  # DA rows sampling: (req, row)
+    step: int = -1
+
+    @property
+    def masks(self) -> bool:
+        return bool(self.rows)
 
 
 @dataclass
@@ -38,6 +55,21 @@ class RequestState:
     _kept_key: tuple = (None, -1, -1)
     _kept: np.ndarray | None = None
     _dir_dict: tuple = (None, None)
+    script: list = field(default_factory=list)     # director: [(output index, [token ids])]
+    captured: list[int] = field(default_factory=list)  # V2 runner: sampled tokens, hook-owned
+    undecodable: int = 0
+
+    @property
+    def prompt_len(self) -> int:
+        return self.layout.prompt_len
+
+    def forced_token(self, out_index: int) -> int | None:
+        """The director's token at output index `out_index` (request script, then LIVE)."""
+        t = director.token_at(self.script, out_index) if self.script else None
+        live = director.LIVE.get(self.da_id)
+        if t is None and live:
+            t = director.token_at(live, out_index)
+        return t
 
     def kept(self, seq_len: int, query_len: int) -> np.ndarray:
         # The decision only changes with the directive (a new object per trapped tag), the
@@ -71,6 +103,9 @@ class Tracker:
         self.finished: dict[str, RequestState] = {}
         self.keep_finished = 256
         self.warnings: list[dict] = []
+        # V2 runner: (rows [(req_id, batch row)], AsyncOutput) per step, in order, whose
+        # sampled tokens the tag machine has not read yet (their host copy may be in flight).
+        self.pending_outputs: list = []
         self.runner_class = ""
         self.device = ""
         self.backend = ""
@@ -98,7 +133,8 @@ class Tracker:
         layout = Layout.from_dict(extra_args[EXTRA_LAYOUT])
         st = RequestState(req_id, str(extra_args.get(EXTRA_ID, req_id)), layout,
                           TagStream(n_chunks=layout.n_chunks),
-                          DecodeStream(skip_special_tokens=True))
+                          DecodeStream(skip_special_tokens=True),
+                          script=director.normalize(extra_args.get(EXTRA_DIRECTOR)))
         self.requests[req_id] = st
         return st
 
@@ -131,7 +167,15 @@ class Tracker:
             if t < 0:            # async scheduling placeholder: not sampled yet
                 n = st.n_seen
                 break
-            piece = st.decoder.step(tok, t)
+            try:
+                piece = st.decoder.step(tok, t)
+            except Exception:    # noqa: BLE001 - an id the tokenizer lacks (model vocab > tokenizer's)
+                piece = None
+                st.undecodable += 1
+                if st.undecodable == 1:
+                    self._event(st, {"kind": "undecodable_token", "text": "",
+                                     "detail": f"token id {t} is not in the tokenizer; it "
+                                               "counts as no text for the tag machine"})
             st.n_seen += 1
             if piece:
                 st.text += piece
@@ -141,11 +185,11 @@ class Tracker:
         return events
 
     def rewrite(self, req_ids: list[str], outputs: list[list[int] | None], extra: list,
-                staged: np.ndarray, seq_lens: np.ndarray, query_lens: np.ndarray,
-                ) -> tuple[list[int], list[np.ndarray], np.ndarray] | None:
-        """Decide every DA request's kept blocks; return (rows, kept, new seq_lens) or None.
+                staged, seq_lens: np.ndarray, query_lens: np.ndarray) -> Decision | None:
+        """Decide every DA request's kept blocks and director tokens for this step.
 
-        `staged` is the full block-table (rows x max_blocks, physical ids), never modified here.
+        `staged(i)` gives batch row i's full block-table row (physical ids; read only when
+        rows are recorded), never modified here. Returns None when the step needs no change.
         """
         t0 = time.perf_counter()
         detok = 0.0
@@ -153,6 +197,8 @@ class Tracker:
         kepts: list[np.ndarray] = []
         new_seq = None
         record = []
+        forced: list[tuple[int, int]] = []
+        sampling: list[tuple[str, int]] = []
         bs = None
         for i, rid in enumerate(req_ids):
             st = self.track(rid, extra[i]) if extra[i] is not None else self.requests.get(rid)
@@ -171,6 +217,13 @@ class Tracker:
                                            "KV is rebuilt under the current mask, not the "
                                            "mask history, so its tokens may differ"})
             st.last_seq_len = seq_len
+            # This step samples output index seq_len - prompt_len once the prompt is done.
+            out_index = seq_len - st.prompt_len
+            if out_index >= 0:
+                sampling.append((rid, i))
+                tok = st.forced_token(out_index)
+                if tok is not None:
+                    forced.append((i, tok))
             kept = st.kept(seq_len, q)
             n_blocks = -(-seq_len // bs)
             masked = len(kept) < n_blocks
@@ -189,9 +242,12 @@ class Tracker:
                    "attn_seq_len": attn_len, "directive": st.directive_dict(),
                    "mode": st.stream.directive.mode.value, "tag_buffer": st.stream.buffer,
                    "blocks_total": n_blocks, "blocks_read": int(len(kept)),
-                   "n_output_seen": st.n_seen, "events": st.events[n_events:]}
+                   "n_output_seen": st.n_seen,
+                   # sampled but not yet seen by the tag machine (async scheduling: <= 1)
+                   "tokens_unseen": max(0, out_index - st.n_seen),
+                   "events": st.events[n_events:]}
             if self.record_rows:
-                full = staged[i, :n_blocks]
+                full = np.asarray(staged(i))[:n_blocks]
                 rec["staged_row"] = full.tolist()
                 rec["kept_logical"] = kept.tolist()
                 rec["kernel_row"] = full[kept].tolist()
@@ -203,10 +259,16 @@ class Tracker:
             self.timing["requests"] += len(record)
             self.steps.append({"step": self.step_index, "requests": record,
                                "hook_us": round(elapsed * 1e6, 1)})
-        self.step_index += 1
-        if new_seq is None:
+        step, self.step_index = self.step_index, self.step_index + 1
+        if not record:
             return None
-        return rows, kepts, new_seq
+        return Decision(rows, kepts, new_seq, forced, sampling, step)
+
+    def clear(self) -> None:
+        """Forget every request (an engine shut down)."""
+        self.requests.clear()
+        self.finished.clear()
+        self.pending_outputs.clear()
 
     def reset_log(self) -> list[dict]:
         steps, self.steps = self.steps, []
@@ -216,4 +278,4 @@ class Tracker:
 TRACKER = Tracker()
 
 
-__all__ = ["TRACKER", "Tracker", "RequestState", "EXTRA_LAYOUT", "EXTRA_DIRECTOR", "EXTRA_ID"]
+__all__ = ["TRACKER", "Tracker", "RequestState", "Decision", "EXTRA_LAYOUT", "EXTRA_DIRECTOR", "EXTRA_ID"]

@@ -1,0 +1,201 @@
+"""The DA edit itself, shared by both model runners: the backend's `MetadataBuilder.build`
+receives a CommonAttentionMetadata whose *read* path (block_table_tensor, seq_lens, max_seq_len
+and their CPU copies) covers only the kept blocks. Slot mapping (the KV *writes*) is untouched.
+
+Every entry that builds attention metadata, and what happens there:
+  build                          the DA edit (both runners, eager and CUDA graphs)
+  build_for_cudagraph_capture    capture runs on dummy rows with no DA request: nothing to edit;
+                                 the captured graph reads the persistent buffers we edit in place
+  update_block_table             used only to share metadata across several KV-cache groups,
+                                 which the hook refuses at start (check_groups); raises if reached
+  build_for_drafting             speculative decoding, refused at start (check_specs)
+  cascade (common_prefix_len>0)  refused in build: one compacted row can't express it
+
+CPU vs GPU: on the CPU runner the "device" block table *is* the staging array, so the edit is
+copy-on-write. On CUDA, FULL CUDA graphs replay kernels that read the persistent block table
+and seq_lens at fixed addresses — new tensors would be silently ignored — so the edit is made
+in place, after slot mapping was computed from the full rows, and seq_lens are restored once
+the forward is queued (the V2 sampler reads them; the next step rebuilds the block table).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import threading
+import time
+
+import numpy as np
+import torch
+
+from .runner_common import DAUnsupported
+from .state import TRACKER, Decision
+
+# The decision of the step being built, and what to undo after its forward (per thread).
+LOCAL = threading.local()
+
+
+def _gather_index(kepts: list[np.ndarray]) -> np.ndarray:
+    """(rows x max kept) logical block indices, each row padded with its last kept block."""
+    width = max(len(k) for k in kepts)
+    idx = np.empty((len(kepts), width), dtype=np.int64)
+    for r, k in enumerate(kepts):
+        idx[r, : len(k)] = k
+        idx[r, len(k):] = k[-1]
+    return idx
+
+
+def _cpu_copy(t, n: int, new_seq: np.ndarray):
+    if t is None:
+        return None
+    a = t.numpy().copy()
+    a[:n] = new_seq[: min(n, len(a))]
+    return torch.from_numpy(a)
+
+
+def apply(cm, d: Decision):
+    """The CommonAttentionMetadata the builder should see for decision `d`."""
+    rows, kepts, new_seq = d.rows, d.kepts, d.new_seq
+    src = cm.block_table_tensor
+    n = len(new_seq)
+    out = copy.copy(cm)      # shallow, as vLLM itself copies it per KV-cache group
+    if src.device.type == "cpu":
+        # Copy-on-write; numpy copies + from_numpy are microseconds instead of torch op chains.
+        src_np = src.numpy()
+        dst_np = src_np.copy()
+        for i, k in zip(rows, kepts):
+            dst_np[i, : len(k)] = src_np[i, k]
+        seq_np = cm.seq_lens.numpy().copy()
+        seq_np[:n] = new_seq[: len(seq_np)]
+        out.block_table_tensor, out.seq_lens = torch.from_numpy(dst_np), torch.from_numpy(seq_np)
+    elif getattr(LOCAL, "applied", None) != (d.step, src.data_ptr()):
+        # In place (CUDA graphs read these addresses): one gather for all masked rows.
+        dev = src.device
+        r = torch.as_tensor(np.asarray(rows, dtype=np.int64)).pin_memory().to(dev, non_blocking=True)
+        idx = torch.from_numpy(_gather_index(kepts)).pin_memory().to(dev, non_blocking=True)
+        src[r, : idx.shape[1]] = src[r].gather(1, idx)
+        seq = cm.seq_lens
+        saved = seq[r].clone()
+        vals = torch.from_numpy(new_seq[np.asarray(rows)].astype(np.int64))
+        seq[r] = vals.pin_memory().to(dev, non_blocking=True).to(seq.dtype)
+        LOCAL.applied = (d.step, src.data_ptr())
+        LOCAL.restore = (seq, r, saved)
+    out.max_seq_len = int(new_seq[: cm.num_reqs].max())
+    if getattr(cm, "seq_lens_cpu_upper_bound", None) is not None:
+        out.seq_lens_cpu_upper_bound = _cpu_copy(cm.seq_lens_cpu_upper_bound, n, new_seq)
+    if getattr(cm, "_seq_lens_cpu", None) is not None:     # vLLM 0.26's private CPU copy
+        out._seq_lens_cpu = _cpu_copy(cm._seq_lens_cpu, n, new_seq)
+    return out
+
+
+def restore_after_forward() -> None:
+    """Put back the seq_lens the runner owns once the forward that read ours is queued."""
+    r = getattr(LOCAL, "restore", None)
+    if r is not None:
+        seq, rows, saved = r
+        seq[rows] = saved
+        LOCAL.restore = None
+
+
+def after_sampling(sampled: torch.Tensor, d: Decision | None) -> None:
+    """Right after the sampler, for both runners:
+    1. the director overwrites the sampled token of rows whose script says so;
+    2. the DA rows' tokens start their way to the tag machine. Neither runner keeps them on
+       the host in time (v1 under async scheduling has -1 placeholders, V2 keeps them on the
+       GPU), so the hook queues its own non-blocking copy and reads it once it has landed
+       (`drain`): with async scheduling, one step later."""
+    if d is None:
+        return
+    if d.forced:
+        rows = torch.tensor([r for r, _ in d.forced], dtype=torch.long)
+        toks = torch.tensor([t for _, t in d.forced], dtype=sampled.dtype)
+        if sampled.device.type != "cpu":
+            rows, toks = rows.to(sampled.device), toks.to(sampled.device)
+        sampled[rows, 0] = toks
+    if d.sampling:
+        if sampled.device.type == "cpu":
+            TRACKER.pending_outputs.append((d.sampling, sampled[:, 0].clone(), None))
+        else:
+            host = sampled[:, 0].to("cpu", non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record()
+            TRACKER.pending_outputs.append((d.sampling, host, ev))
+
+
+def drain() -> None:
+    """Hand every landed sampled token to its request (in step order)."""
+    pending = TRACKER.pending_outputs
+    while pending:
+        rows, host, ev = pending[0]
+        if ev is not None and not ev.query():    # still in flight: next step
+            return
+        pending.pop(0)
+        toks = host.tolist()
+        for rid, i in rows:
+            st = TRACKER.requests.get(rid)
+            if st is not None:
+                st.captured.append(int(toks[i]))
+
+
+def note_built(cm) -> None:
+    """Record what the builder actually received: the rows and seq_lens the kernel reads."""
+    if not TRACKER.steps or TRACKER.steps[-1]["step"] != TRACKER.step_index - 1:
+        return
+    step = TRACKER.steps[-1]
+    if "built" in step:        # one record per step even if several builders run
+        return
+    step["built"] = True
+    seq = cm.seq_lens.cpu().numpy() if TRACKER.record_rows or cm.seq_lens.device.type == "cpu" \
+        else None
+    bt = cm.block_table_tensor
+    for rec in step["requests"]:
+        i = rec["row"]
+        s = int(seq[i]) if seq is not None else rec["attn_seq_len"]
+        nb = -(-s // rec["block_size"])
+        rec["built_seq_len"] = s
+        rec["blocks_read"] = nb
+        if TRACKER.record_rows:
+            rec["built_row"] = bt[i, :nb].cpu().tolist()
+    if TRACKER.record_rows:
+        qsl = cm.query_start_loc_cpu
+        step["metadata"] = {
+            "query_start_loc": qsl.tolist(), "seq_lens": seq[: cm.num_reqs].tolist(),
+            "slot_mapping": cm.slot_mapping[: cm.num_actual_tokens].cpu().tolist(),
+            "block_table_shape": list(bt.shape), "max_seq_len": int(cm.max_seq_len),
+            "backend": TRACKER.backend, "runner": TRACKER.runner_class}
+
+
+def patch_builder_class(cls) -> None:
+    if getattr(cls.build, "_da_wrapped", False):
+        return
+    orig = cls.build
+
+    @functools.wraps(orig)
+    def build(self, common_prefix_len, common_attn_metadata, *args, **kwargs):
+        d = getattr(LOCAL, "decision", None)
+        t0 = time.perf_counter()
+        if d is not None and d.masks:
+            if common_prefix_len:
+                raise DAUnsupported("cascade attention (a shared prefix across the batch) "
+                                    "cannot be combined with DA masks; start the engine with "
+                                    "disable_cascade_attn=True")
+            common_attn_metadata = apply(common_attn_metadata, d)
+        if TRACKER.requests:
+            note_built(common_attn_metadata)
+            TRACKER.timing["apply_s"] += time.perf_counter() - t0
+        return orig(self, common_prefix_len, common_attn_metadata, *args, **kwargs)
+
+    build._da_wrapped = True
+    cls.build = build
+    if hasattr(cls, "update_block_table"):
+        orig_ubt = cls.update_block_table
+
+        @functools.wraps(orig_ubt)
+        def update_block_table(self, *args, **kwargs):
+            d = getattr(LOCAL, "decision", None)
+            if d is not None and d.masks:
+                raise DAUnsupported("update_block_table reuses metadata across KV-cache groups, "
+                                    "bypassing the DA edit; the hook serves one group only")
+            return orig_ubt(self, *args, **kwargs)
+
+        cls.update_block_table = update_block_table

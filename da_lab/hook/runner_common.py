@@ -1,0 +1,100 @@
+"""What both model-runner adapters (v1.py, v2.py) share: the start-up refusals, recording which
+runner and backend serve the engine, and the method wrappers that are identical on both."""
+
+from __future__ import annotations
+
+import functools
+
+from .state import TRACKER
+
+
+class DAUnsupported(RuntimeError):
+    """Raised at engine start for a model or configuration the DA hook cannot serve correctly."""
+
+
+def check_specs(vllm_config, specs: dict) -> None:
+    """Refuse, before any memory is planned, what one compacted row per request can't express."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    name = vllm_config.model_config.model
+    if vllm_config.speculative_config is not None:
+        raise DAUnsupported(f"{name}: speculative decoding is not supported by the DA hook "
+                            "(draft tokens would be verified against a different mask)")
+    pc = vllm_config.parallel_config
+    if getattr(pc, "decode_context_parallel_size", 1) > 1 or \
+            getattr(pc, "prefill_context_parallel_size", 1) > 1:
+        raise DAUnsupported(f"{name}: context parallelism shards each row's KV across ranks; "
+                            "the DA hook needs whole rows")
+    for layer, spec in specs.items():
+        if type(spec) is not FullAttentionSpec:
+            kind = type(spec).__name__
+            reason = ("MLA" if "MLA" in kind else "sliding window" if "Sliding" in kind
+                      else "not plain full attention")
+            raise DAUnsupported(f"{name}: layer {layer} has a KV cache of kind {kind} "
+                                f"({reason}); the DA hook serves plain full attention only")
+
+
+def check_groups(vllm_config, kv_cache_config) -> None:
+    groups = kv_cache_config.kv_cache_groups
+    if len(groups) != 1:
+        raise DAUnsupported(f"{vllm_config.model_config.model}: {len(groups)} KV-cache groups; "
+                            "the DA hook needs exactly one full-attention group")
+
+
+def note_runner(runner, attn_groups) -> None:
+    """After initialize_kv_cache: who runs, and patch every attention backend's builder."""
+    from . import metadata
+
+    TRACKER.runner_class = f"{type(runner).__module__}.{type(runner).__qualname__}"
+    TRACKER.tokenizer_path = runner.model_config.tokenizer
+    TRACKER.device = runner.device.type
+    for groups in attn_groups:
+        for g in groups:
+            builder = g.get_metadata_builder()
+            TRACKER.backend = g.backend.get_name()
+            metadata.patch_builder_class(type(builder))
+
+
+
+def wrap_get_kv_cache_spec(orig):
+    @functools.wraps(orig)
+    def get_kv_cache_spec(self, *args, **kwargs):
+        specs = orig(self, *args, **kwargs)
+        check_specs(self.vllm_config, specs)
+        return specs
+    return get_kv_cache_spec
+
+
+def wrap_initialize_kv_cache(orig):
+    @functools.wraps(orig)
+    def initialize_kv_cache(self, kv_cache_config, *args, **kwargs):
+        check_groups(self.vllm_config, kv_cache_config)
+        out = orig(self, kv_cache_config, *args, **kwargs)
+        note_runner(self, self.attn_groups)
+        return out
+    return initialize_kv_cache
+
+
+def wrap_execute_model(orig):
+    """The step's decision ends with its forward; the runner's seq_lens are put back."""
+    @functools.wraps(orig)
+    def execute_model(self, *args, **kwargs):
+        from . import metadata
+
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            metadata.LOCAL.decision = None
+            metadata.restore_after_forward()
+    return execute_model
+
+
+def patch_methods(cls, wraps) -> None:
+    """Wrap `cls`'s methods once (the plugin may be loaded more than once per process)."""
+    for name, wrap in wraps:
+        fn = getattr(cls, name)
+        if getattr(fn, "_da_wrapped", False):
+            continue
+        fn = wrap(fn)
+        fn._da_wrapped = True
+        setattr(cls, name, fn)

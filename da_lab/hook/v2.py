@@ -1,0 +1,121 @@
+"""The DA hook on vLLM 0.26's V2 model runner (`v1/worker/gpu/model_runner.py`, the GPU
+default). Same edit as on v1 (metadata.py); what differs is where the inputs come from:
+
+  add_requests      SamplingParams (extra_args: layout, director script) are only visible here;
+                    V2 keeps no per-request SamplingParams afterwards
+  BlockTables       rows live on the GPU only; the hook keeps a CPU mirror of each request's
+                    block ids (append_block_ids) for the step records
+  prepare_attn      the decision, once per step: batch row i is request input_batch.req_ids[i]
+                    (V2 gathers rows through idx_mapping into the persistent input_block_tables)
+  builder.build     the edit, in place on input_block_tables / input_buffers.seq_lens, which the
+                    FULL CUDA graph reads; seq_lens are put back after the forward because the
+                    V2 sampler reads them ("seq_len < prefill_len" means still prefilling)
+  sample            the director overrides scripted rows' sampled tokens, and the hook starts
+                    its own host copy of the DA rows' tokens (V2 keeps them on the GPU). With
+                    async scheduling the newest copy lands after the next decision, so a tag
+                    applies one step later (records say so in `tokens_unseen`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from . import metadata
+from .metadata import LOCAL
+from .runner_common import (patch_methods, wrap_execute_model, wrap_get_kv_cache_spec,
+                            wrap_initialize_kv_cache)
+from .state import EXTRA_LAYOUT, TRACKER
+
+def _decide(runner, ib):
+    metadata.drain()
+    TRACKER.drop_missing(runner.req_states.req_id_to_index)
+    if not TRACKER.requests:
+        TRACKER.step_index += 1
+        return None
+    n = ib.num_reqs
+    req_ids = ib.req_ids[:n]
+    outputs = [TRACKER.requests[r].captured if r in TRACKER.requests else None for r in req_ids]
+    seq = ib.seq_lens_cpu_upper_bound[:n].numpy()
+    q = np.asarray(ib.num_scheduled_tokens[:n], dtype=np.int64)
+    mirror = getattr(runner.block_tables, "_da_rows", {})
+    idx = ib.idx_mapping_np
+
+    def staged(i: int):
+        return mirror.get(int(idx[i]), ())
+
+    return TRACKER.rewrite(req_ids, outputs, [None] * n, staged, seq, q)
+
+
+def _wrap_add_requests(orig):
+    @functools.wraps(orig)
+    def add_requests(self, scheduler_output):
+        for new in scheduler_output.scheduled_new_reqs:
+            sp = new.sampling_params
+            ex = sp.extra_args if sp is not None else None
+            if ex and EXTRA_LAYOUT in ex:
+                st = TRACKER.track(new.req_id, ex)
+                # A request resumed after preemption comes back with its outputs so far.
+                prefill = new.prefill_token_ids or ()
+                if st is not None and not st.captured and len(prefill) > len(
+                        new.prompt_token_ids):
+                    st.captured.extend(prefill[len(new.prompt_token_ids):])
+        return orig(self, scheduler_output)
+    return add_requests
+
+
+def _wrap_prepare_attn(orig):
+    @functools.wraps(orig)
+    def prepare_attn(self, input_batch):
+        d = _decide(self, input_batch)
+        LOCAL.decision = LOCAL.force = d
+        return orig(self, input_batch)
+    return prepare_attn
+
+
+def _wrap_sample(orig):
+    @functools.wraps(orig)
+    def sample(self, *args, **kwargs):
+        out = orig(self, *args, **kwargs)
+        metadata.after_sampling(out[0].sampled_token_ids, getattr(LOCAL, "force", None))
+        LOCAL.force = None
+        return out
+    return sample
+
+
+def _wrap_append_block_ids(orig):
+    @functools.wraps(orig)
+    def append_block_ids(self, req_index, new_block_ids, overwrite):
+        rows = self.__dict__.setdefault("_da_rows", {})
+        ids = list(new_block_ids[0])
+        if overwrite or req_index not in rows:
+            rows[req_index] = ids
+        else:
+            rows[req_index].extend(ids)
+        return orig(self, req_index, new_block_ids, overwrite)
+    return append_block_ids
+
+
+RUNNER_WRAPS = (("add_requests", _wrap_add_requests),
+                ("prepare_attn", _wrap_prepare_attn),
+                ("execute_model", wrap_execute_model),
+                ("sample", _wrap_sample),
+                ("get_kv_cache_spec", wrap_get_kv_cache_spec),
+                ("initialize_kv_cache", wrap_initialize_kv_cache))
+
+
+def install() -> bool:
+    """Patch the V2 runner if this vLLM has one (the GPU build); False otherwise."""
+    import torch
+
+    if not torch.cuda.is_available():     # the V2 runner is GPU-only
+        return False
+    try:
+        from vllm.v1.worker.gpu.block_table import BlockTables
+        from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+    except ImportError:      # e.g. a build without Triton: only the v1 runner exists
+        return False
+    patch_methods(GPUModelRunner, RUNNER_WRAPS)
+    patch_methods(BlockTables, (("append_block_ids", _wrap_append_block_ids),))
+    return True
