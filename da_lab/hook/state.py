@@ -167,15 +167,15 @@ class Tracker:
             if t < 0:            # async scheduling placeholder: not sampled yet
                 n = st.n_seen
                 break
-            try:
-                piece = st.decoder.step(tok, t)
-            except Exception:    # noqa: BLE001 - an id the tokenizer lacks (model vocab > tokenizer's)
+            if t >= tok.get_vocab_size():   # the model's vocab is larger than the tokenizer's
                 piece = None
                 st.undecodable += 1
                 if st.undecodable == 1:
                     self._event(st, {"kind": "undecodable_token", "text": "",
-                                     "detail": f"token id {t} is not in the tokenizer; it "
-                                               "counts as no text for the tag machine"})
+                                     "detail": f"token id {t} is not in the tokenizer; such "
+                                               "tokens count as no text for the tag machine"})
+            else:
+                piece = st.decoder.step(tok, t)
             st.n_seen += 1
             if piece:
                 st.text += piece
