@@ -107,6 +107,27 @@ def cmd_export(args) -> int:
     return main_export([args.trace, "--out", args.out])
 
 
+def cmd_eval(args) -> int:
+    """Held-out tag / answer accuracy of a model that writes its own tags (da_lab.evaluate)."""
+    out = _quiet_stdout() if args.json else sys.stdout
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    from .evaluate import KEYS, run_eval, table
+    from .lab import apply_env
+
+    apply_env()
+    try:
+        res = run_eval(args.n, args.model, seed=args.seed, progress=not args.json)
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        print(f"da-lab: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        out.write(json.dumps({k: res[k] for k in KEYS}) + "\n")
+        out.flush()
+    else:
+        print(table(res))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="da-lab", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -129,6 +150,21 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--json", action="store_true", help="one JSON document on stdout")
     r.add_argument("--request", help="request id to show (default: the first one added)")
     r.set_defaults(fn=cmd_replay)
+    from . import bench
+
+    b = sub.add_parser("bench", help="decode speed: stock vLLM vs DA GLOBAL/FOCUS/LOCAL, "
+                                     "each configuration in its own process (JSON + plot)")
+    bench.add_arguments(b)
+    b.set_defaults(fn=bench.cmd_bench)
+    ev = sub.add_parser("eval", help="held-out tag and answer accuracy of a model that writes "
+                                     "its own tags, through the engine with the DA hook")
+    ev.add_argument("--n", type=int, default=500, help="held-out prompts (default 500)")
+    ev.add_argument("--model", help="local Hugging Face model folder (default: the embedded "
+                                    "default model)")
+    ev.add_argument("--seed", type=int, default=None, help="held-out seed (default: "
+                                                           "da_lab.task.EVAL_SEED)")
+    ev.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    ev.set_defaults(fn=cmd_eval)
     args = ap.parse_args(argv)
     return args.fn(args)
 

