@@ -56,16 +56,24 @@ def _live(args, record_to: str | None = None) -> int:
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     from .lab import Lab
 
+    model, extra = args.model, {}
+    if model == "llama-8b-dummy":      # Llama-3-8B's shape, dummy weights (config built here)
+        from .bench import prepare_model
+
+        model, extra = str(prepare_model(model, 131072)), {"load_format": "dummy"}
+    chunk_blocks = getattr(args, "chunk_blocks", 2)
+    # Room for the prompt (head + 12 chunks + tail) and the response, plus a little slack.
+    blocks = max(64, 12 * chunk_blocks + 8 + -(-args.max_tokens // 32))
     try:
-        lab = Lab(args.model)
+        lab = Lab(model, num_blocks=blocks, **extra)
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         print(f"da-lab: {e}", file=sys.stderr)
         return 2
     try:
         if record_to:
             lab.record(record_to)
-        rid = lab.add_request(lab.seed_prompt(), tags=SEED_TAGS, max_tokens=args.max_tokens,
-                              request_id="seed")
+        rid = lab.add_request(lab.seed_prompt(chunk_blocks=chunk_blocks), tags=SEED_TAGS,
+                              max_tokens=args.max_tokens, request_id="seed")
         doc = _doc(lab.provenance(), demo_rows(lab.run(), rid))
     finally:
         lab.shutdown()
@@ -135,11 +143,15 @@ def main(argv: list[str] | None = None) -> int:
                             ("record", cmd_record, "run the seed scenario and record a trace")):
         d = sub.add_parser(name, help=help_)
         d.add_argument("--model", help="local Hugging Face model folder (default: the "
-                                       "embedded tiny model, built on first use)")
+                                       "embedded tiny model, built on first use), or "
+                                       "llama-8b-dummy (GPU: Llama-3-8B's shape, dummy weights)")
         d.add_argument("--json", action="store_true", help="one JSON document on stdout")
         d.add_argument("--max-tokens", type=int, default=40)
         if name == "record":
             d.add_argument("--out", required=True, help="trace file: .jsonl.gz or .parquet")
+            d.add_argument("--chunk-blocks", type=int, default=2,
+                           help="blocks per chunk (2: the 813-token seed prompt; 170 with "
+                                "block size 32: a 65k-token prompt)")
         d.set_defaults(fn=fn)
     e = sub.add_parser("export", help="write every diagram of a trace as PNG, SVG and HTML")
     e.add_argument("trace")

@@ -90,6 +90,22 @@ def test_shipped_seed_trace():
     assert SHIPPED.stat().st_size < 64 * 1024
 
 
+def test_shipped_h200_trace():
+    """The seed scenario recorded on an H200: vLLM 0.26, FlashAttention, the V2 model runner
+    with CUDA graphs; the same tags read the same numbers of blocks as on the CPU."""
+    gpu, cpu = load(ROOT / "traces" / "h200_tiny_seed.jsonl.gz"), load(SHIPPED)
+    p = gpu.provenance
+    assert p["vllm"] == "vllm 0.26.0" and p["backend"] == "FLASH_ATTN"
+    assert p["runner"] == "vllm.v1.worker.gpu.model_runner.GPUModelRunner"
+    assert p["graphs"] == "full_and_piecewise"
+    # Async scheduling (on by default there) adds one last engine step that only delivers the
+    # final token; every step that ran the request read what the CPU run read.
+    g = [(r["requests"][0]["mode"], r["requests"][0]["blocks_read"]) for r in gpu
+         if "mode" in r["requests"][0]]
+    c = [(r["requests"][0]["mode"], r["requests"][0]["blocks_read"]) for r in cpu]
+    assert g == c and len(gpu) == len(cpu) + 1
+
+
 BLOCK = """
 import sys
 class Block:

