@@ -4,6 +4,18 @@ Nothing is fetched from a hub. The tokenizer is a byte-level BPE whose merges ar
 below (no training run, so the same merges come out everywhere); the weights come from numpy's
 PCG64 generator with a fixed seed, which gives the same numbers on every platform and numpy
 version. The folder is an ordinary Hugging Face checkpoint, so vLLM and transformers load it.
+
+Two embedded models, one tokenizer:
+    da-tiny-v1    random weights, built here on first use (above). It writes garbage, which is
+                  all the hook's mechanics need; tests that compare against it pin it by name.
+    da-tiny-tags  trained to write its own tags (`da_lab.train`, task `da_lab.task`): shipped
+                  in da_lab/assets/da-tiny-tags/ once its weights are there (training.json in
+                  that folder records the exact command, seed, steps, loss and held-out
+                  accuracy). Reproduce on one GPU (about 6 minutes on an H200):
+                      python -m da_lab.train --device cuda --seed 0 --out da-tiny-tags
+The default (`build_tiny_model()`, hence `Lab()` and the CLI) is da-tiny-tags when its weights
+are shipped, else da-tiny-v1; `model_path("da-tiny-v1")` / `model_path("da-tiny-tags")` pick one
+explicitly, and DA_LAB_MODEL (a name or a folder) overrides the default.
 """
 
 from __future__ import annotations
@@ -151,22 +163,29 @@ def _weights(vocab_size: int) -> dict[str, np.ndarray]:
     return w
 
 
-def _write(folder: Path) -> None:
-    from safetensors.numpy import save_file
-
+def write_tokenizer_files(folder: Path, config: dict) -> None:
+    """The shipped tokenizer and the generation config, as an HF checkpoint folder holds them
+    (shared by the random model and the trained one, `da_lab.train`)."""
     tok = tokenizer_json()
     vocab = tok["model"]["vocab"]
-    config = dict(CONFIG, vocab_size=len(vocab), bos_token_id=vocab["<s>"],
-                  eos_token_id=vocab["</s>"], pad_token_id=vocab["<pad>"])
-    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
     (folder / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": vocab["<s>"], "eos_token_id": vocab["</s>"],
          "pad_token_id": vocab["<pad>"]}, indent=2))
     (folder / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
     (folder / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-        "pad_token": "<pad>", "model_max_length": CONFIG["max_position_embeddings"],
+        "pad_token": "<pad>", "model_max_length": config["max_position_embeddings"],
         "add_bos_token": True, "clean_up_tokenization_spaces": False}, indent=2))
+
+
+def _write(folder: Path) -> None:
+    from safetensors.numpy import save_file
+
+    vocab = tokenizer_json()["model"]["vocab"]
+    config = dict(CONFIG, vocab_size=len(vocab), bos_token_id=vocab["<s>"],
+                  eos_token_id=vocab["</s>"], pad_token_id=vocab["<pad>"])
+    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+    write_tokenizer_files(folder, CONFIG)
     save_file(_weights(len(vocab)), str(folder / "model.safetensors"),
               metadata={"format": "pt", "da_lab": MODEL_NAME, "seed": str(SEED)})
 
@@ -184,8 +203,48 @@ def fingerprint(folder: Path) -> str:
     return h.hexdigest()
 
 
+TRAINED_NAME = "da-tiny-tags"
+TRAINED_DIR = Path(__file__).parent / "assets" / TRAINED_NAME
+MODEL_NAMES = (MODEL_NAME, TRAINED_NAME)
+
+
+def trained_available() -> bool:
+    """Are the trained model's weights shipped (da_lab/assets/da-tiny-tags/)?"""
+    return (TRAINED_DIR / "model.safetensors").is_file() and (TRAINED_DIR / "config.json").is_file()
+
+
+def default_model_name() -> str:
+    return TRAINED_NAME if trained_available() else MODEL_NAME
+
+
+def model_path(name: str | Path | None = None) -> Path:
+    """Folder of an embedded model by name ("da-tiny-v1", "da-tiny-tags"), or of the default
+    (DA_LAB_MODEL if set, else `default_model_name()`); any other value is taken as a folder."""
+    name = name or os.environ.get("DA_LAB_MODEL") or default_model_name()
+    if str(name) == MODEL_NAME:
+        return build_random_model()
+    if str(name) == TRAINED_NAME:
+        if not trained_available():
+            raise FileNotFoundError(f"{TRAINED_NAME}: no trained weights in {TRAINED_DIR} "
+                                    "(train them: python -m da_lab.train --out "
+                                    f"{TRAINED_DIR})")
+        return TRAINED_DIR
+    return Path(name)
+
+
 def build_tiny_model(folder: str | Path | None = None, force: bool = False) -> Path:
-    """Build (or find) the embedded model and return its folder.
+    """The embedded default model's folder: da-tiny-tags when its trained weights are shipped,
+    else the random da-tiny-v1 (built on first use). DA_LAB_MODEL overrides the choice.
+
+    With `folder` or `force`, (re)builds the random da-tiny-v1 there, as it always did.
+    """
+    if folder is None and not force:
+        return model_path()
+    return build_random_model(folder, force)
+
+
+def build_random_model(folder: str | Path | None = None, force: bool = False) -> Path:
+    """Build (or find) the random da-tiny-v1 and return its folder.
 
     Built into a temporary sibling and renamed into place, so a crash halfway never leaves a
     folder that looks complete.
