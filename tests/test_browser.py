@@ -81,6 +81,8 @@ def test_da_hook_notebook_in_chromium(jupyter):
         # The player appears once the kernel has started a live engine and drawn step 0.
         page.wait_for_selector(".da-play", timeout=300_000)
         first = _text(page, "da-step-counter")
+        # JupyterLab only renders what is near the viewport: bring the chart into view.
+        page.locator(".da-blocks-chart").first.scroll_into_view_if_needed(timeout=60_000)
         points_before = page.locator(".da-blocks-chart .scatterlayer .point").count()
 
         page.locator(".da-play button").first.click()          # Play

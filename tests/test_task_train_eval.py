@@ -142,6 +142,10 @@ def test_training_history_equals_what_the_real_hook_recorded(lab):
     P = s.prompt.layout.prompt_len
     n = P + n_out - 1                                 # the last output is never a query
     mine = R.hook_history(s.prompt.layout, tags, n)
+    # The prefill's first query position depends on the prefix cache (another test may have
+    # run this prompt already); it is unmasked either way, so only its end is compared.
+    assert real[0][1:] == mine[0][1:] and real[0][2] is None
+    real = [mine[0]] + list(real[1:])
     assert [(a, b) for a, b, _ in real] == [(a, b) for a, b, _ in mine]
     for (a, _, k1), (_, _, k2) in zip(real, mine):
         assert (k1 is None) == (k2 is None), a
