@@ -89,9 +89,13 @@ def test_da_hook_notebook_in_chromium(jupyter):
         page.wait_for_function(
             f"document.querySelector('.da-step-counter').innerText !== {first!r}",
             timeout=120_000)
-        time.sleep(3)
         assert _text(page, "da-step-counter") != first
-        assert page.locator(".da-blocks-chart .scatterlayer .point").count() > points_before
+        # Clicking ▶ scrolled the page back up; the chart draws its new points once in view
+        # (on a loaded 2-core machine that can take seconds, so poll rather than sleep).
+        page.locator(".da-blocks-chart").first.scroll_into_view_if_needed(timeout=60_000)
+        page.wait_for_function(
+            "document.querySelectorAll('.da-blocks-chart .scatterlayer .point').length > "
+            f"{points_before}", timeout=60_000)
 
         n0 = int(_text(page, "da-blocks-read").split(":")[1])
         page.locator(".da-steer-focus button, button.da-steer-focus").first.click()   # FOCUS
