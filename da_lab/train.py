@@ -3,20 +3,34 @@
 The model reads a DA prompt of the task in `da_lab.task` (scaffold, 12 one-block chunks of
 records, a question) and writes `<focus Ck>` / `<focus Ci,Cj>` / `<local>`, the answer, </s>.
 
+    python -m da_lab.train --device cuda --seed 0 --steps 6000 --batch 128 \
+        --time-budget-s 400 --out da_lab/assets/da-tiny-tags
+
 The DA mask in training is the hook's, position by position. `hook_history` replays what the
-hook records for a request that writes this response (`RequestState.mask_history`: the prefill
+hook records for a request that writes the response (`RequestState.mask_history`: the prefill
 under GLOBAL, then one entry per decode step with `da_lab.mask.kept_blocks` of the directive in
-force); the tag closed at output index t applies from the step whose query is that token, i.e.
-to the prediction of output t+1 on. `da_lab.oracle.mask_matrix` turns such a history into the
-dense mask; training builds the same matrix on the device from a compact form (first masked row,
-visible blocks), which `compact` checks is exact and a test compares with `mask_matrix` and with
-the history a real engine recorded. Loss is on response tokens only.
+force); a tag closed at output index t applies from the step whose query is that token, i.e. to
+the prediction of output t+1 on. `da_lab.oracle.mask_matrix` turns such a history into the
+dense mask; training builds the same matrix on the device from a compact form (`segments`: per
+row a segment, per segment the visible blocks), and tests compare it with `mask_matrix` of
+`hook_history` and with the history a real engine recorded. Loss is on response tokens only
+(in drills, only on the tokens the model writes: tags, answers, </s>).
+
+Learnability (see also `da_lab.task`): the retrievals are induction copies, which a small
+model finds only after a long plateau, and one question per 430-token prompt gives little
+signal. So: an adaptive curriculum (`LEVELS`: 1 chunk of 2 records first, up to 12 chunks of
+4; a level is left when its held-out probe passes, checked every --check-every steps; the LR
+stays flat until the last level, then decays), drills (several question turns per prompt until
+the last level, then fading out), more multi-key questions in training than in evaluation, and
+head 0 of layer 0 initialised as a previous-token head (`wire_previous_token_head`;
+--no-prev-head to disable). training.json records when each level was reached.
 
 A plain torch loop over transformers' `LlamaForCausalLM` (SDPA attention with the 4D boolean
 mask, bf16 autocast on CUDA), AdamW, warmup + cosine. Batches are pure functions of
 (seed, step), built in worker processes on machines with cores to spare, so a run is the same
-sequence of batches whatever the timing. Curriculum: the number of chunks grows from 3 to 12
-over the first `--curriculum` fraction of the steps (shorter prompts, fewer distractors first).
+sequence of batches whatever the timing, given the same curriculum decisions (GPU kernels may
+differ in the last bits, so a probe at a threshold could decide differently there).
+--time-budget-s stops training early and still evaluates and writes the checkpoint.
 
 Writes an HF folder (config.json, model.safetensors in bf16, tokenizer files,
 generation_config.json) plus training.json; vLLM (CPU 0.32, GPU 0.26) and transformers load it.
@@ -153,15 +167,16 @@ def dense_mask(row_seg, seg_visible, length: int, block_size: int, device=None):
 # ---------------------------------------------------------------------------------------------
 # Batches
 
-def chunks_at(step: int, steps: int, curriculum: float, max_chunks: int,
-              rng: np.random.Generator) -> int:
-    """Number of chunks for a sample at `step`: ramps 3 -> max_chunks over the first
-    `curriculum` fraction of the run, then max_chunks (with a few shorter prompts mixed in)."""
-    u = step / max(1, steps * curriculum) if curriculum > 0 else 1.0
-    top = min(max_chunks, max(min(3, max_chunks), round(3 + (max_chunks - 3) * u)))
-    if rng.random() < 0.8 or top <= 2:
-        return top
-    return int(rng.integers(2, top + 1))
+# Curriculum levels: (chunks, records per chunk). A run starts at the first and moves on when
+# the held-out probe of the level it is at passes (tag >= ADVANCE_TAG, DA answer >= ADVANCE_DA):
+# two candidate keys first, where the copy-by-key circuit gets the strongest signal, then more.
+LEVELS = ((1, 2), (2, 2), (2, 4), (3, 4), (4, 4), (6, 4), (8, 4), (10, 4), (12, 4))
+ADVANCE_TAG, ADVANCE_DA = 0.90, 0.85
+
+
+def levels_for(chunks: int) -> list[tuple[int, int]]:
+    out = [lv for lv in LEVELS if lv[0] < chunks]
+    return out + [(chunks, T.RECORDS_PER_CHUNK)]
 
 
 def collate(samples: list["T.Sample"], pad_id: int, block_size: int) -> dict:
@@ -191,49 +206,56 @@ def collate(samples: list["T.Sample"], pad_id: int, block_size: int) -> dict:
             "seg_visible": seg_visible}
 
 
-def drill_turns(step: int, steps: int, drill: tuple[int, int], until: float,
-                rng: np.random.Generator) -> int:
-    """Question turns of a training sample: mostly drills (lo..hi turns) up to `until` of the
-    run, then fewer and fewer, none in the last part (the task exactly as evaluated)."""
-    u = step / max(1, steps)
-    p = 0.9 if u < until else max(0.0, 0.9 * (1 - (u - until) / 0.3))
-    if drill[1] <= 1 or rng.random() >= p:
-        return 1
-    return int(rng.integers(drill[0], drill[1] + 1))
-
-
 def make_batch(job: dict) -> dict:
     """Batch `step` of a run: a pure function of its arguments (runs in worker processes).
 
-    Early batches are mostly drills: one prompt, several question turns in the response, each
-    turn one more supervised retrieval under the hook's mask (see `task.make_sample`); the
-    training mixture also asks more multi-key questions than the held-out one. Both are what
-    make the retrieval circuit form within minutes: with one question per prompt it does not."""
+    80% of the samples are at the current curriculum level, 20% at earlier ones. A share
+    `p_drill` are drills: one prompt, several question turns in the response, each turn one
+    more supervised retrieval under the hook's mask (see `task.make_sample`); the training
+    mixture also asks more multi-key questions than the held-out one."""
     tok = T.tokens()
     samples = []
-    step, batch = job["step"], job["batch"]
+    step, batch, levels = job["step"], job["batch"], job["levels"]
     for j in range(batch):
         rng = T.rng_for(job["seed"], T.TRAIN, step * batch + j)
-        n = chunks_at(step, job["steps"], job["curriculum"], job["chunks"], rng)
-        turns = drill_turns(step, job["steps"], job["drill"], job["drill_until"], rng)
-        samples.append(T.make_sample(rng, n_chunks=n, p_multi=job["p_multi"],
-                                     multi_keys=job["multi_keys"], turns=turns, tok=tok))
+        lv = job["level"]
+        if lv > 0 and rng.random() < 0.2:
+            lv = int(rng.integers(0, lv))
+        n, rpc = levels[lv]
+        turns = 1
+        if job["drill"][1] > 1 and rng.random() < job["p_drill"]:
+            turns = int(rng.integers(job["drill"][0], job["drill"][1] + 1))
+        samples.append(T.make_sample(rng, n_chunks=n, records_per_chunk=rpc,
+                                     p_multi=job["p_multi"], multi_keys=job["multi_keys"],
+                                     turns=turns, tok=tok))
     return collate(samples, tok.pad_id, samples[0].prompt.layout.block_size)
 
 
 class Batches:
-    """Yields batches start..steps-1 in order, from worker processes when asked."""
+    """Batches in step order, built `ahead` steps in advance (in worker processes when asked).
 
-    def __init__(self, jobs: list[tuple], workers: int) -> None:
-        self.jobs, self.workers, self.pool = jobs, workers, None
+    `job(step)` is called when a step is queued, so a change of curriculum level reaches the
+    batches queued after it: the same decisions at the same steps give the same batches."""
 
-    def __iter__(self):
-        if self.workers <= 0:
-            return (make_batch(j) for j in self.jobs)
-        import multiprocessing as mp
+    def __init__(self, job, steps: int, workers: int, ahead: int = 16) -> None:
+        from collections import deque
 
-        self.pool = mp.get_context("spawn").Pool(self.workers)
-        return self.pool.imap(make_batch, self.jobs, chunksize=4)
+        self.job, self.steps, self.workers, self.ahead = job, steps, workers, max(1, ahead)
+        self.pool = None
+        self.queue: deque = deque()
+        self.next = 0
+        if workers > 0:
+            import multiprocessing as mp
+
+            self.pool = mp.get_context("spawn").Pool(workers)
+
+    def get(self, step: int) -> dict:
+        while self.next <= step or (len(self.queue) < self.ahead and self.next < self.steps):
+            j = self.job(self.next)
+            self.queue.append(self.pool.apply_async(make_batch, (j,)) if self.pool else j)
+            self.next += 1
+        item = self.queue.popleft()
+        return item.get() if self.pool else make_batch(item)
 
     def close(self) -> None:
         if self.pool is not None:
@@ -409,7 +431,7 @@ def save(model, cfg: dict, out: Path, meta: dict) -> Path:
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m da_lab.train", description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=6000)
-    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--weight-decay", type=float, default=0.05)
@@ -418,26 +440,26 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--chunks", type=int, default=T.N_CHUNKS,
                     help="chunks per prompt at the end of the curriculum (reduced tasks: fewer)")
-    ap.add_argument("--curriculum", type=float, default=0.4,
-                    help="fraction of the steps over which the chunk count grows to --chunks")
     ap.add_argument("--p-multi", type=float, default=0.2,
                     help="share of multi-key questions in training (held-out: 10%%, k=2)")
     ap.add_argument("--multi-keys", default="2,4",
                     help="lo,hi: keys per multi-key training question")
     ap.add_argument("--drill", default="4,8",
                     help="lo,hi: question turns per drill sample ('1,1': no drills)")
-    ap.add_argument("--drill-until", type=float, default=0.5,
-                    help="drills make 90%% of the samples up to this fraction of the steps, "
-                         "then fade out over the next 0.3")
     ap.add_argument("--time-budget-s", type=float, default=None,
                     help="stop training after this many seconds (wall, from the start), then "
                          "evaluate and write the checkpoint as usual")
     ap.add_argument("--eval-n", type=int, default=500, help="held-out prompts for training.json")
-    ap.add_argument("--eval-every", type=int, default=500)
+    ap.add_argument("--eval-every", type=int, default=500, help="print the probe every N steps")
+    ap.add_argument("--check-every", type=int, default=100,
+                    help="probe the current curriculum level every N steps (0: never advance)")
+    ap.add_argument("--probe-n", type=int, default=128, help="held-out prompts per probe")
     ap.add_argument("--workers", type=int, default=None,
                     help="batch-building processes (default: 0 with <= 4 cores, else up to 12)")
     ap.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
                     help="CUDA only: bf16 autocast (default) or fp32 with TF32 matmuls")
+    ap.add_argument("--no-prev-head", dest="prev_head", action="store_false",
+                    help="do not initialise layer 0 head 0 as a previous-token head")
     ap.add_argument("--tiny", action="store_true", help="a 2-layer 64-wide model (smoke tests)")
     return ap.parse_args(argv)
 
@@ -459,7 +481,10 @@ def main(argv=None) -> dict:
     tok = T.tokens()
     bs = 32
     cfg = model_config(tok, SMOKE_ARCH if args.tiny else ARCH)
-    model = build_model(cfg, args.seed).to(device)
+    model = build_model(cfg, args.seed)
+    if args.prev_head:
+        wire_previous_token_head(model, seed=args.seed)
+    model = model.to(device)
     n_params = sum(p.numel() for p in model.parameters())
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
@@ -468,22 +493,47 @@ def main(argv=None) -> dict:
                             lr=args.lr, betas=(0.9, 0.98), eps=1e-8,
                             fused=device.type == "cuda")
 
+    levels = levels_for(args.chunks)
+    state = {"level": 0, "final_at": 0 if len(levels) == 1 else None}
+    log: list[dict] = [{"step": 0, "level": 0, "chunks": levels[0][0],
+                        "records_per_chunk": levels[0][1]}]
+
     def lr_at(step: int) -> float:
+        """Warmup, then constant until the last curriculum level is reached, then cosine to
+        10% at --steps."""
         if step < args.warmup:
             return args.lr * (step + 1) / args.warmup
-        u = (step - args.warmup) / max(1, args.steps - args.warmup)
+        f = state["final_at"]
+        if f is None:
+            return args.lr
+        u = (step - f) / max(1, args.steps - f)
         return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, u))))
 
+    def p_drill(step: int) -> float:
+        """90% drills until the last level is reached, then fewer, none after 40% of what
+        remains (the end of training sees the task exactly as evaluated)."""
+        f = state["final_at"]
+        if f is None:
+            return 0.9
+        return max(0.0, 0.9 * (1 - (step - f) / max(1, 0.4 * (args.steps - f))))
+
     heldout = T.held_out(args.eval_n, n_chunks=args.chunks)
-    probe = heldout[: min(len(heldout), 256)]
     autocast = device.type == "cuda" and args.precision == "bf16"
     k_lo, k_hi = (int(x) for x in args.multi_keys.split(","))
     d_lo, d_hi = (int(x) for x in args.drill.split(","))
-    jobs = [{"seed": args.seed, "step": s, "steps": args.steps, "batch": args.batch,
-             "curriculum": args.curriculum, "chunks": args.chunks, "p_multi": args.p_multi,
-             "multi_keys": (k_lo, k_hi), "drill": (d_lo, d_hi), "drill_until": args.drill_until}
-            for s in range(args.steps)]
-    batches = Batches(jobs, workers)
+
+    def job(s: int) -> dict:
+        return {"seed": args.seed, "step": s, "batch": args.batch, "levels": levels,
+                "level": state["level"], "p_drill": p_drill(s), "p_multi": args.p_multi,
+                "multi_keys": (k_lo, k_hi), "drill": (d_lo, d_hi)}
+
+    def probe_at(level: int) -> list:
+        n, rpc = levels[level]
+        return T.held_out(args.probe_n, seed=T.EVAL_SEED + 1 + level, n_chunks=n,
+                          records_per_chunk=rpc)
+
+    probe = probe_at(0)
+    batches = Batches(job, args.steps, workers, ahead=max(8, 2 * workers))
     history: list[dict] = []
     losses: list[float] = []
     step = 0
@@ -493,10 +543,12 @@ def main(argv=None) -> dict:
                file=sys.stderr, mininterval=1.0)
     model.train()
     try:
-        for batch in batches:
-            if args.time_budget_s is not None and time.perf_counter() - t_start > args.time_budget_s:
+        while step < args.steps:
+            budget = args.time_budget_s
+            if budget is not None and time.perf_counter() - t_start > budget:
                 stopped = "time budget"
                 break
+            batch = batches.get(step)
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
             b = to_device(batch, device)
@@ -510,17 +562,32 @@ def main(argv=None) -> dict:
             step += 1
             if step % 25 == 0 or step == args.steps:
                 losses.append(round(loss.item(), 5))
-                bar.set_postfix(loss=f"{losses[-1]:.4f}", lr=f"{lr_at(step):.1e}")
+                bar.set_postfix(loss=f"{losses[-1]:.4f}", level=state["level"],
+                                lr=f"{lr_at(step):.1e}")
             bar.update(1)
-            if args.eval_every and step % args.eval_every == 0 and step < args.steps:
+            if args.check_every and step % args.check_every == 0 and step < args.steps:
                 acc = accuracy(model, probe, device, bs, autocast=autocast)
-                history.append({"step": step, "loss": losses[-1] if losses else None,
+                lv = state["level"]
+                history.append({"step": step, "level": lv, "loss": round(loss.item(), 5),
                                 "tag": round(acc["tag_accuracy"], 4),
                                 "da": round(acc["da_answer_accuracy"], 4),
                                 "seconds": round(time.perf_counter() - t_start, 1)})
-                bar.write(f"step {step}: loss {history[-1]['loss']} tag {acc['tag_accuracy']:.3f}"
-                          f" da {acc['da_answer_accuracy']:.3f} "
-                          f"all {acc['all_blocks_answer_accuracy']:.3f} {acc['by_kind']}")
+                if (args.eval_every and step % args.eval_every == 0) or (
+                        acc["tag_accuracy"] >= ADVANCE_TAG and
+                                                   acc["da_answer_accuracy"] >= ADVANCE_DA):
+                    bar.write(f"step {step}: level {lv} {levels[lv]} loss {history[-1]['loss']}"
+                              f" tag {acc['tag_accuracy']:.3f} da {acc['da_answer_accuracy']:.3f}"
+                              f" all {acc['all_blocks_answer_accuracy']:.3f} {acc['by_kind']}")
+                if (acc["tag_accuracy"] >= ADVANCE_TAG and acc["da_answer_accuracy"] >= ADVANCE_DA
+                        and lv + 1 < len(levels)):
+                    state["level"] = lv + 1
+                    if lv + 1 == len(levels) - 1:
+                        state["final_at"] = step
+                    probe = probe_at(lv + 1)
+                    log.append({"step": step, "level": lv + 1, "chunks": levels[lv + 1][0],
+                                "records_per_chunk": levels[lv + 1][1],
+                                "seconds": round(time.perf_counter() - t_start, 1)})
+                    bar.write(f"step {step}: curriculum -> level {lv + 1} {levels[lv + 1]}")
     finally:
         batches.close()
         bar.close()
@@ -530,14 +597,15 @@ def main(argv=None) -> dict:
     wall = time.perf_counter() - t_start
     meta = {
         "model": MODEL_NAME,
-        "command": "python -m da_lab.train " + " ".join(shlex.quote(a) for a in
-                                                         (argv if argv is not None else sys.argv[1:])),
+        "command": "python -m da_lab.train " + " ".join(
+            shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
         "seed": args.seed, "steps": step, "steps_planned": args.steps, "stopped_by": stopped,
         "batch": args.batch, "lr": args.lr, "chunks": args.chunks,
         "precision": args.precision if device.type == "cuda" else "fp32",
+        "prev_head": args.prev_head, "workers": workers,
         "p_multi": args.p_multi, "multi_keys": args.multi_keys, "drill": args.drill,
-        "drill_until": args.drill_until,
-        "curriculum": args.curriculum, "params": n_params, "device": str(device),
+        "curriculum": log, "final_level_at_step": state["final_at"],
+        "params": n_params, "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
         "final_loss": None if final_loss is None else round(final_loss, 5),
@@ -547,11 +615,13 @@ def main(argv=None) -> dict:
         "heldout": {"seed": T.EVAL_SEED, "stream": "HELDOUT", "teacher_forced": True, **acc},
     }
     out = save(model, cfg, Path(args.out), meta)
+    goals = acc["tag_accuracy"] >= 0.95 and acc["da_answer_accuracy"] >= 0.90
+    loss_txt = "n/a" if final_loss is None else f"{final_loss:.4f}"
     print(f"da_lab.train: {step} steps in {train_s:.0f} s ({meta['steps_per_second']}/s, "
-          f"{stopped}), loss {final_loss if final_loss is None else round(final_loss, 4)}, held-out n={acc['n']}: tag "
+          f"{stopped}), wall {wall:.0f} s, loss {loss_txt}, held-out n={acc['n']}: tag "
           f"{acc['tag_accuracy']:.3f}, DA answer {acc['da_answer_accuracy']:.3f}, all-blocks "
-          f"answer {acc['all_blocks_answer_accuracy']:.3f}, {n_params / 1e6:.2f}M params "
-          f"-> {out}", flush=True)
+          f"answer {acc['all_blocks_answer_accuracy']:.3f} (goals tag>=0.95, DA>=0.90: "
+          f"{'met' if goals else 'NOT met'}), {n_params / 1e6:.2f}M params -> {out}", flush=True)
     return meta
 
 

@@ -165,9 +165,14 @@ def smoke_checkpoint(tmp_path_factory):
     from da_lab import train as R
 
     out = tmp_path_factory.mktemp("ckpt") / "da-tiny-tags-smoke"
-    meta = R.main(["--steps", "4", "--batch", "4", "--tiny", "--device", "cpu", "--out",
-                   str(out), "--eval-n", "8", "--eval-every", "2", "--chunks", "3",
-                   "--workers", "0", "--seed", "5"])
+    saved = R.ADVANCE_TAG, R.ADVANCE_DA
+    R.ADVANCE_TAG = R.ADVANCE_DA = -1.0          # every probe passes: the curriculum moves
+    try:
+        meta = R.main(["--steps", "4", "--batch", "4", "--tiny", "--device", "cpu", "--out",
+                       str(out), "--eval-n", "8", "--check-every", "2", "--probe-n", "4",
+                       "--chunks", "3", "--workers", "0", "--seed", "5"])
+    finally:
+        R.ADVANCE_TAG, R.ADVANCE_DA = saved
     return out, meta
 
 
@@ -177,6 +182,8 @@ def test_training_smoke_writes_a_loadable_checkpoint(smoke_checkpoint):
 
     out, meta = smoke_checkpoint
     assert meta["steps"] == 4 and math.isfinite(meta["final_loss"])
+    assert [c["level"] for c in meta["curriculum"]] == [0, 1]     # advanced at step 2
+    assert meta["curriculum"][1]["step"] == 2
     for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
               "generation_config.json", "training.json"):
         assert (out / f).is_file(), f
@@ -195,16 +202,24 @@ def test_training_smoke_writes_a_loadable_checkpoint(smoke_checkpoint):
 def test_training_is_deterministic_given_the_seed(smoke_checkpoint):
     from da_lab import train as R
 
-    job = {"seed": 5, "step": 3, "steps": 4, "batch": 4, "curriculum": 0.4, "chunks": 3,
-           "p_multi": 0.2, "multi_keys": (2, 4), "drill": (4, 8), "drill_until": 0.5}
+    job = {"seed": 5, "step": 3, "batch": 4, "levels": R.levels_for(3), "level": 2,
+           "p_drill": 0.9, "p_multi": 0.2, "multi_keys": (2, 4), "drill": (4, 8)}
     a, b = R.make_batch(job), R.make_batch(dict(job))
     assert all(np.array_equal(a[k], b[k]) for k in a)
     _, meta = smoke_checkpoint
-    again = R.main(["--steps", "4", "--batch", "4", "--tiny", "--device", "cpu", "--out",
-                    str(smoke_checkpoint[0]) + "-again", "--eval-n", "8", "--eval-every", "2",
-                    "--chunks", "3", "--workers", "0", "--seed", "5"])
+    saved = R.ADVANCE_TAG, R.ADVANCE_DA
+    R.ADVANCE_TAG = R.ADVANCE_DA = -1.0
+    try:
+        again = R.main(["--steps", "4", "--batch", "4", "--tiny", "--device", "cpu", "--out",
+                        str(smoke_checkpoint[0]) + "-again", "--eval-n", "8",
+                        "--check-every", "2", "--probe-n", "4", "--chunks", "3",
+                        "--workers", "0", "--seed", "5"])
+    finally:
+        R.ADVANCE_TAG, R.ADVANCE_DA = saved
     assert again["loss_every_25_steps"] == meta["loss_every_25_steps"]
     assert again["final_loss"] == meta["final_loss"]
+    assert again["probe_history"] == [dict(h, seconds=a["seconds"]) for h, a in
+                                      zip(meta["probe_history"], again["probe_history"])]
 
 
 def test_eval_cli_json_through_the_engine(smoke_checkpoint):
