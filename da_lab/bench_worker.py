@@ -225,15 +225,7 @@ class Child:
 
             register()                 # also loaded by vLLM when installed; idempotent
             TRACKER.record_rows = s["mode"] == "global_recording"
-            self.tracker = TRACKER
-            from .hook import director
-
-            # The hook itself forces the director's tag tokens (both runners). An older hook
-            # shipped the director as a v1 logits processor: pass it only there and on v1
-            # (a custom logits processor moves vLLM 0.26 off the V2 runner).
-            legacy = getattr(director, "Director", None)
-            if legacy is not None and s["runner"] == "v1":
-                kwargs["logits_processors"] = [legacy]
+            self.tracker = TRACKER     # the hook itself forces the director's tag tokens
         blocks = self.kv_blocks(torch)
         if blocks:
             kwargs["num_gpu_blocks_override"] = blocks
@@ -294,7 +286,6 @@ class Child:
             "block_size": cc.block_size, "num_gpu_blocks": self.num_blocks,
             "kv_bytes_per_token": kvb, "weight_bytes": total_w, "weight_bytes_read": read_w,
             "weight_bytes_loaded_parameters": w_loaded,
-            "logits_processors": [p.__name__ for p in kwargs.get("logits_processors", [])],
         })
         if cc.block_size != s["block_size"]:
             raise RuntimeError(f"the engine runs block size {cc.block_size}, the layouts were "

@@ -95,6 +95,7 @@ class Tracker:
     def __init__(self) -> None:
         self.requests: dict[str, RequestState] = {}
         self.tokenizer = None            # a `tokenizers.Tokenizer`, loaded on first use
+        self.vocab_size = 0
         self.tokenizer_path: str | None = None
         self.record_rows = True          # keep full rows + metadata in step records
         self.steps: list[dict] = []      # one record per metadata build with DA requests
@@ -122,6 +123,7 @@ class Tracker:
             from pathlib import Path
 
             self.tokenizer = Tokenizer.from_file(str(Path(self.tokenizer_path) / "tokenizer.json"))
+            self.vocab_size = self.tokenizer.get_vocab_size()
         return self.tokenizer
 
     def track(self, req_id: str, extra_args: dict | None) -> RequestState | None:
@@ -167,7 +169,7 @@ class Tracker:
             if t < 0:            # async scheduling placeholder: not sampled yet
                 n = st.n_seen
                 break
-            if t >= tok.get_vocab_size():   # the model's vocab is larger than the tokenizer's
+            if t >= self.vocab_size:   # the model's vocab is larger than the tokenizer's
                 piece = None
                 st.undecodable += 1
                 if st.undecodable == 1:
