@@ -60,7 +60,9 @@ def _live(args, record_to: str | None = None) -> int:
     if model == "llama-8b-dummy":      # Llama-3-8B's shape, dummy weights (config built here)
         from .bench import prepare_model
 
-        model, extra = str(prepare_model(model, 131072)), {"load_format": "dummy"}
+        # 16 GB of weights + the KV of a 64k prompt: more than Lab's default 20% of a GPU.
+        model, extra = str(prepare_model(model, 131072)), {"load_format": "dummy",
+                                                           "gpu_memory_utilization": 0.5}
     chunk_blocks = getattr(args, "chunk_blocks", 2)
     # Room for the prompt (head + 12 chunks + tail) and the response, plus a little slack.
     blocks = max(64, 12 * chunk_blocks + 8 + -(-args.max_tokens // 32))

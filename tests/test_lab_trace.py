@@ -106,6 +106,25 @@ def test_shipped_h200_trace():
     assert g == c and len(gpu) == len(cpu) + 1
 
 
+def test_shipped_h200_8b_long_context_trace():
+    """The seed scenario's tags on an 8B-shaped Llama (dummy weights) at 64k tokens on an H200:
+    FOCUS on two 170-block chunks reads ~17% of the row, LOCAL a few blocks, and the file
+    stays small enough to ship."""
+    path = ROOT / "traces" / "h200_8b_64k.jsonl.gz"
+    tr = load(path)
+    p = tr.provenance
+    assert p["model_name"] == "llama-8b-dummy" and p["runner_kind"] == "v2"
+    assert p["graphs"] == "full_and_piecewise" and p["backend"] == "FLASH_ATTN"
+    rows = [q for r in tr for q in r["requests"] if "mode" in q]
+    assert max(q["seq_len"] for q in rows) > 65_000
+    total = max(q["blocks_total"] for q in rows)
+    focus = [q["blocks_read"] for q in rows if q["mode"] == "focus"]
+    local = [q["blocks_read"] for q in rows if q["mode"] == "local"]
+    assert focus and max(focus) < 0.2 * total and local and max(local) <= 4
+    assert rows[-1]["mode"] == "global" and rows[-1]["blocks_read"] == rows[-1]["blocks_total"]
+    assert path.stat().st_size < 512 * 1024
+
+
 BLOCK = """
 import sys
 class Block:

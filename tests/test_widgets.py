@@ -15,9 +15,11 @@ from da_lab_widgets.blocks import CACHED, FREE, HL, MASKED
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 SEED = TRACES / "seed_cpu.jsonl.gz"
 H200 = TRACES / "h200_tiny_seed.jsonl.gz"     # the same scenario on an H200 (V2 runner, graphs)
+H200_8B = TRACES / "h200_8b_64k.jsonl.gz"     # an 8B-shaped model at 64k tokens (2,043 blocks)
 
 
-@pytest.fixture(scope="module", params=[SEED, H200], ids=["cpu_trace", "h200_trace"])
+@pytest.fixture(scope="module", params=[SEED, H200, H200_8B],
+                ids=["cpu_trace", "h200_trace", "h200_8b_64k_trace"])
 def source(request):
     src = TraceSource(request.param)
     src.path = request.param
