@@ -127,23 +127,24 @@ def attention_time(prof, steps: int, cuda: bool) -> dict:
 
 class Recorder:
     """What `Lab.step()` does per step when recording (da_lab/lab.py): collect the hook's log
-    (full rows: TRACKER.record_rows = True), diff the physical KV map, build the StepRecord and
-    write it to a trace file (da_lab.trace.TraceWriter)."""
+    (full rows: TRACKER.record_rows = True), update the physical KV map (kvmap.KVTracker),
+    build the StepRecord and hand it to the trace writer, which encodes and compresses in a
+    child process (da_lab.trace_process.ProcessTraceWriter)."""
 
     def __init__(self, path: Path, core, runner, provenance: dict) -> None:
         from .hook import kvmap
-        from .trace import TraceWriter
+        from .trace_process import ProcessTraceWriter
 
-        self.kvmap, self.core, self.path = kvmap, core, path
-        self.kv = kvmap.snapshot(core)
+        self.path = path
+        self.kv = kvmap.KVTracker(core)
         try:
             from .hook.introspect import skeleton
 
             skel = skeleton(runner)
         except Exception as e:   # noqa: BLE001 - the header's diagram data is not timed
             skel = {"error": f"{type(e).__name__}: {e}"}
-        self.writer = TraceWriter(path, {"provenance": provenance, "skeleton": skel,
-                                         "initial_kv": kvmap.diff({}, self.kv)})
+        self.writer = ProcessTraceWriter(path, {"provenance": provenance, "skeleton": skel,
+                                                "initial_kv": self.kv.changes_from_empty()})
         self.step_index = 0
         self.added: list[dict] = []
         self.hook_log: list[dict] = []
@@ -158,12 +159,14 @@ class Recorder:
         self.hook_log += hook
         rec = step_record(self.step_index, wall, hook, outs, self.added)
         self.added = []
-        snap = self.kvmap.snapshot(self.core)
-        rec.kv = self.kvmap.diff(self.kv, snap)
-        self.kv = snap
-        self.writer.write(rec.to_dict())
+        rec.kv = self.kv.update()
+        self.writer.write(rec.raw())
         self.step_index += 1
         self.seconds += time.perf_counter() - t0
+
+    def skipped_steps(self) -> None:
+        """Engine steps ran that on_step did not see."""
+        self.kv.invalidate()
 
     def close(self) -> int:
         self.writer.close()
@@ -492,6 +495,8 @@ class Child:
                 if not self.engine.has_unfinished_requests():
                     break
                 self.engine.step()
+                if self.recorder is not None:
+                    self.recorder.skipped_steps()
             if self.plugin:
                 from .hook.director import LIVE
 

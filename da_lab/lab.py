@@ -13,6 +13,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from . import __version__
 from .layout import BLOCK_SIZE, DAPrompt, build_prompt, seed_texts
 from .hook import access, kvmap
@@ -60,7 +62,12 @@ def precheck_model(path: str | Path) -> None:
 @dataclass
 class StepRecord:
     """Everything one engine step did (../shared/DESIGN.md §5). Live or loaded from a trace,
-    it is the same plain data: `to_dict()` is exactly what a trace stores."""
+    it is the same plain data: `to_dict()` is exactly what a trace stores.
+
+    A live record is built with the hook's block rows and metadata arrays as numpy arrays,
+    which cost nothing to record (a batch of 64 at 8k context holds ~130k block ids); they
+    become lists the first time `requests` or `metadata` is read. The trace writers take
+    `raw()`, which converts nothing: they write the arrays as lists."""
     step: int
     wall_s: float
     hook_us: float = 0.0
@@ -70,6 +77,17 @@ class StepRecord:
     metadata: dict | None = None                          # the attention metadata bundle
     added: list[dict] = field(default_factory=list)       # requests added before this step
     warnings: list[dict] = field(default_factory=list)
+    _arrays: bool = field(default=False, repr=False, compare=False)  # numpy arrays inside
+
+    def __getattribute__(self, name: str):
+        if name in ("requests", "metadata"):
+            d = object.__getattribute__(self, "__dict__")
+            if d.get("_arrays"):
+                d["_arrays"] = False
+                d["requests"] = [_lists(r) for r in d["requests"]]
+                if isinstance(d["metadata"], dict):
+                    d["metadata"] = _lists(d["metadata"])
+        return object.__getattribute__(self, name)
 
     def request(self, da_id: str) -> dict | None:
         for r in self.requests:
@@ -78,12 +96,22 @@ class StepRecord:
         return None
 
     def to_dict(self) -> dict:
-        return dict(vars(self))
+        return {k: getattr(self, k) for k in _FIELDS}
+
+    def raw(self) -> dict:
+        """`to_dict()` without turning arrays into lists."""
+        return {k: self.__dict__[k] for k in _FIELDS}
 
     @classmethod
     def from_dict(cls, d: dict) -> "StepRecord":
-        names = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in d.items() if k in names})
+        return cls(**{k: v for k, v in d.items() if k in _FIELDS})
+
+
+_FIELDS = tuple(f for f in StepRecord.__dataclass_fields__ if not f.startswith("_"))
+
+
+def _lists(d: dict) -> dict:
+    return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in d.items()}
 
 
 def engine_name() -> str:
@@ -101,21 +129,22 @@ def engine_name() -> str:
 def step_record(index: int, wall: float, hook_log: list[dict], outs, added: list[dict],
                 warnings: list[dict] = ()) -> StepRecord:
     """One engine step's record from the hook's log of it and the engine's outputs."""
-    rec = StepRecord(index, wall, added=added, warnings=list(warnings))
+    hook_us, metadata = 0.0, None
     by_req: dict[str, dict] = {}
     for h in hook_log:            # normally one metadata build per step
-        rec.hook_us += h["hook_us"]
-        rec.metadata = h.get("metadata", rec.metadata)
+        hook_us += h["hook_us"]
+        metadata = h.get("metadata", metadata)
         for r in h["requests"]:
             by_req[r["req"]] = dict(r)
     for o in outs:
         c = o.outputs[0]
         d = by_req.setdefault(o.request_id, {"req": o.request_id})
         d.update(new_token_ids=list(c.token_ids), new_text=c.text, finished=o.finished)
-    rec.requests = list(by_req.values())
-    rec.scheduled = [{"req": r["req"], "query_len": r["query_len"]}
-                     for r in rec.requests if "query_len" in r]
-    return rec
+    requests = list(by_req.values())
+    scheduled = [{"req": r["req"], "query_len": r["query_len"]}
+                 for r in requests if "query_len" in r]
+    return StepRecord(index, wall, hook_us, scheduled, requests, metadata=metadata, added=added,
+                      warnings=list(warnings), _arrays=True)
 
 
 class Lab:
@@ -178,7 +207,7 @@ class Lab:
         self._core = access.engine_core(self.llm)
         self._runner = access.model_runner(self.llm)
         self.track_kv = True
-        self._kv = kvmap.snapshot(self._core)
+        self._kv = kvmap.KVTracker(self._core)
         if runner is not None and self.runner_kind != runner:
             kind = self.runner_kind
             self.shutdown()
@@ -273,12 +302,12 @@ class Lab:
                 if o.finished:
                     LIVE.pop(o.request_id, None)
         if self.track_kv:
-            snap = kvmap.snapshot(self._core)
-            rec.kv = kvmap.diff(self._kv, snap)
-            self._kv = snap
+            rec.kv = self._kv.update()
+        else:
+            self._kv.invalidate()
         self.step_index += 1
         if self._writer is not None:
-            self._writer.write(rec.to_dict())
+            self._writer.write(rec.raw())
         return rec
 
     def has_unfinished(self) -> bool:
@@ -318,7 +347,7 @@ class Lab:
 
     def kv_changes_from_empty(self) -> dict:
         """The physical KV map as it is now, written as changes from an empty cache."""
-        return kvmap.diff({}, self._kv)
+        return self._kv.changes_from_empty()
 
     def skeleton(self) -> dict:
         """Diagram 1's data, introspected from the loaded model (see hook/introspect.py)."""
@@ -343,22 +372,30 @@ class Lab:
 
     def record(self, path: str | Path):
         """Record every following step to a trace file (.jsonl.gz, or .parquet for large
-        runs); returns the writer, which `stop_recording()` (or shutdown) closes."""
-        from .trace import TraceWriter
+        runs); returns the writer, which `stop_recording()` (or shutdown) closes. Encoding and
+        compression run in a child process (trace_process.py), off the engine's thread."""
+        from .trace_process import ProcessTraceWriter
 
         self.stop_recording()
         header = {"provenance": self.provenance(), "skeleton": self.skeleton(),
                   "initial_kv": self.kv_changes_from_empty()}
-        self._writer = TraceWriter(path, header)
+        self._writer = ProcessTraceWriter(path, header)
         return self._writer
 
     def stop_recording(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        """Close the trace: returns once every recorded step is in the file (raises what went
+        wrong writing it, if anything did)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
 
     def shutdown(self) -> None:
-        self.stop_recording()
+        try:
+            self.stop_recording()
+        finally:
+            self._shutdown_engine()
+
+    def _shutdown_engine(self) -> None:
         global _live_lab
         import gc
 

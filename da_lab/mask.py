@@ -13,6 +13,8 @@ already baked into the cached keys, so this is exactly masked attention.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .layout import Layout
@@ -28,7 +30,7 @@ def kept_blocks(directive: Directive, layout: Layout, seq_len: int, query_len: i
     bs = layout.block_size
     n_blocks = -(-seq_len // bs)
     if directive.mode is Mode.GLOBAL or n_blocks == 0:
-        return np.arange(n_blocks, dtype=np.int32)
+        return _all_blocks(n_blocks)
     keep = np.zeros(n_blocks, dtype=bool)
     keep[: layout.head_blocks] = True
     prompt_blocks = -(-layout.prompt_len // bs)
@@ -46,3 +48,12 @@ def kept_blocks(directive: Directive, layout: Layout, seq_len: int, query_len: i
     # The step's own queries must see themselves and each other: their blocks stay.
     keep[max(0, seq_len - query_len) // bs:] = True
     return np.flatnonzero(keep).astype(np.int32)
+
+
+@functools.lru_cache(maxsize=64)
+def _all_blocks(n_blocks: int) -> np.ndarray:
+    # GLOBAL keeps everything: requests of one length share one (read-only) answer, so a
+    # recorded step holds, sends and encodes it once instead of once per request.
+    a = np.arange(n_blocks, dtype=np.int32)
+    a.flags.writeable = False
+    return a

@@ -57,6 +57,7 @@ def worker_log(worker=None) -> str:
             comm += f" via {getattr(dm, '__name__', None) or type(dm).__name__}"
     except Exception:   # noqa: BLE001 - not initialised: report -1
         pass
+    TRACKER.settle()      # step records whose host copies were in flight (CUDA)
     # Tokens sampled at the last step reach `captured` when the next step drains them; read
     # them here without draining (the hook's state is left as it is).
     pending: dict[str, list[int]] = {}

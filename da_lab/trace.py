@@ -85,6 +85,15 @@ def _check_record(where: str, i: int, rec: Any) -> dict:
     return rec
 
 
+def check_writable(path: Path, i: int, record: Any) -> None:
+    """Refuse now what load() would refuse later (the JSON encoding itself is checked when
+    the record is encoded)."""
+    _check_record(str(path), i, record)
+    if _format_of(path) == ".parquet" and not _INT64[0] <= record["step"] <= _INT64[1]:
+        raise TraceError(f"{path}: record {i}: step {record['step']} "
+                         "does not fit the int64 step column")
+
+
 def _json_default(o: Any) -> Any:
     # Hook code may hand over numpy scalars/arrays; everything else must already be JSON.
     if hasattr(o, "tolist"):
@@ -231,20 +240,19 @@ class TraceWriter:
             pa, pq = _pyarrow(self.path)
             self._schema = pa.schema([("step", pa.int64()), ("record", pa.string())],
                                      metadata={PARQUET_KEY: header_json.encode()})
-            self._pq = pq.ParquetWriter(self.path, self._schema, compression="zstd")
+            # No dictionary encoding: every record string is distinct, and trying to
+            # dictionary-encode them cost ~20x the zstd compression itself.
+            self._pq = pq.ParquetWriter(self.path, self._schema, compression="zstd",
+                                        use_dictionary=False)
             self._steps: list[int] = []
             self._rows: list[str] = []
 
     def write(self, record: dict) -> None:
         if self._closed:
             raise TraceError(f"{self.path}: write() after close()")
-        # Refuse now what load() would refuse later.
-        _check_record(str(self.path), self.count, record)
-        if self._fmt == ".parquet" and not _INT64[0] <= record["step"] <= _INT64[1]:
-            raise TraceError(f"{self.path}: record {self.count}: step {record['step']} "
-                             "does not fit the int64 step column")
+        check_writable(self.path, self.count, record)
         try:
-            line = _dumps(record)
+            line = self._encode(record)
         except (TypeError, ValueError) as e:
             raise TypeError(f"{self.path}: record {self.count} (step {record['step']}) is not "
                             f"JSON-serializable: {e}") from None
@@ -257,6 +265,9 @@ class TraceWriter:
             if len(self._rows) >= self._row_group_size:
                 self._flush_rows()
         self.count += 1
+
+    def _encode(self, record: dict) -> str:
+        return _dumps(record)
 
     def _flush_rows(self) -> None:
         if not self._rows:

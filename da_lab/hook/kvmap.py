@@ -1,7 +1,9 @@
 """The physical KV cache as the scheduler sees it: which request owns each block, which blocks
 are free, which hold a prefix-cache hash. Read from vLLM's KVCacheManager (scheduler side).
 
-Only changes are kept per step, so a trace of a 100k-block cache stays small.
+Only changes are kept per step, so a trace of a 100k-block cache stays small. `snapshot` +
+`diff` read the whole pool (the reference, and what tests compare against); `KVTracker` gives
+the same changes step by step while looking only at blocks that can have changed.
 """
 
 from __future__ import annotations
@@ -11,15 +13,21 @@ from collections import defaultdict
 from .state import EXTRA_ID
 
 
+def _name(sched, rid: str) -> str:
+    """The caller's id of a request (the engine's own id if it carries none)."""
+    req = sched.requests.get(rid)
+    if req is None:
+        return rid
+    ex = req.sampling_params.extra_args if req.sampling_params is not None else None
+    return str((ex or {}).get(EXTRA_ID, rid))
+
+
 def snapshot(engine_core) -> dict[int, tuple[tuple[str, ...], bool]]:
     """{physical block id: (owner request ids, prefix-cached)} for every block but the null one."""
     sched = engine_core.scheduler
     mgr = sched.kv_cache_manager
     pool = mgr.block_pool
-    names = {}
-    for rid, req in sched.requests.items():
-        ex = req.sampling_params.extra_args if req.sampling_params is not None else None
-        names[rid] = str((ex or {}).get(EXTRA_ID, rid))
+    names = {rid: _name(sched, rid) for rid in sched.requests}
     owners: dict[int, list[str]] = defaultdict(list)
     for stm in mgr.coordinator.single_type_managers:
         for rid, blocks in stm.req_to_blocks.items():
@@ -43,3 +51,133 @@ def diff(before: dict, after: dict) -> dict:
         if c != old_c:
             (cached if c else uncached).append(bid)
     return {"assign": assign, "free": free, "cached": cached, "uncached": uncached}
+
+
+class _Held:
+    """One request's block list as last seen. vLLM only appends to a live request's list
+    (full attention; a prefix-hit copy-on-write happens before the list is first seen) and
+    replaces the whole list when the request is freed, so (list object, length) tells what
+    changed. The list object itself is kept: when the request is freed, it still names the
+    blocks the request held, including any it got in its last step."""
+    __slots__ = ("blocks", "n", "name", "unhashed")
+
+    def __init__(self, blocks: list, name: str) -> None:
+        self.blocks, self.n, self.name = blocks, 0, name
+        self.unhashed = 0          # blocks[:unhashed] all carry a prefix-cache hash
+
+
+class KVTracker:
+    """`diff(previous snapshot, snapshot now)`, one engine step at a time, without reading the
+    whole pool: call `update()` after every engine step (or `invalidate()` when steps went by
+    unrecorded). What can change between two steps, and where it is looked for:
+
+      owners   only through requests' block lists: appended blocks, freed lists
+      cached   a hash is set on blocks of a request's list past its hashed prefix; it is
+               dropped when a free block is reallocated (the block shows up in a list as a new
+               block) or when the whole prefix cache is reset (a new hash map: full re-read)
+
+    A request that got blocks and finished within one step is never seen with its list, so its
+    blocks' hashes could have changed unseen: such a step (a finished request id this tracker
+    never saw) is read in full, as is any step after `invalidate()`.
+    """
+
+    def __init__(self, engine_core) -> None:
+        self.core = engine_core
+        # Only blocks that are owned or cached are kept: absent means ((), False).
+        self.map: dict[int, tuple[tuple[str, ...], bool]] = {}
+        self._owners: dict[int, list[str]] = {}        # block id -> owner names, unsorted
+        self._held: dict[tuple[int, str], _Held] = {}  # (manager index, request id) -> list
+        self._rids: set[str] = set()
+        self._hash_map = None
+        self._full = True
+        self.full_reads = 0          # updates that had to read the whole pool
+        self.update()
+
+    def invalidate(self) -> None:
+        """Steps ran that `update()` did not see: the next update reads the whole pool."""
+        self._full = True
+
+    def changes_from_empty(self) -> dict:
+        """The whole map now, written as changes from an empty cache."""
+        return diff({}, dict(sorted(self.map.items())))
+
+    def update(self) -> dict:
+        """The changes since the last update, exactly as `diff` of two snapshots gives them."""
+        sched = self.core.scheduler
+        mgr = sched.kv_cache_manager
+        pool = mgr.block_pool
+        hash_map = getattr(pool, "cached_block_hash_to_block", None)
+        finished = getattr(sched, "finished_req_ids", None) or ()
+        full = (self._full or hash_map is not self._hash_map
+                or any(rid not in self._rids for rid in finished))
+        touched: dict[int, object] = {}     # block id -> block whose state may have changed
+        if full:
+            self.full_reads += 1
+            self._owners, self._held = {}, {}
+            touched = {b.block_id: b for b in pool.blocks if not b.is_null}
+        caching = getattr(pool, "enable_caching", True)
+        owners = self._owners
+        held: dict[tuple[int, str], _Held] = {}
+        for g, stm in enumerate(mgr.coordinator.single_type_managers):
+            for rid, blocks in stm.req_to_blocks.items():
+                key = (g, rid)
+                h = self._held.pop(key, None)
+                if h is None or h.blocks is not blocks:
+                    if h is not None:
+                        self._release(h, touched)
+                    h = _Held(blocks, _name(sched, rid))
+                held[key] = h
+                n = len(blocks)
+                for b in blocks[h.n:n]:                # appended since the last update
+                    if not b.is_null:
+                        owners.setdefault(b.block_id, []).append(h.name)
+                        touched[b.block_id] = b
+                h.n = n
+                if caching:
+                    # Hashes are set past the hashed prefix only; a held block keeps its hash.
+                    k = h.unhashed
+                    while k < n and blocks[k].block_hash is not None:
+                        k += 1
+                    for b in blocks[h.unhashed:n]:
+                        if b.block_hash is not None and not b.is_null:
+                            touched[b.block_id] = b
+                    h.unhashed = k
+        for h in self._held.values():                  # freed (finished, aborted, preempted)
+            self._release(h, touched)
+        self._held, self._full, self._hash_map = held, False, hash_map
+        self._rids = {rid for _, rid in held}
+        return self._changes(touched if full else dict(sorted(touched.items())))
+
+    def _release(self, h: _Held, touched: dict) -> None:
+        owners = self._owners
+        for b in h.blocks[:h.n]:
+            if not b.is_null:
+                names = owners[b.block_id]
+                names.remove(h.name)
+                if not names:
+                    del owners[b.block_id]
+        for b in h.blocks:          # blocks got after the last update: their hash may differ
+            if not b.is_null:
+                touched[b.block_id] = b
+
+    def _changes(self, touched: dict) -> dict:
+        assign, free, cached, uncached = {}, [], [], []
+        for bid, b in touched.items():
+            names = self._owners.get(bid)
+            own = tuple(sorted(names)) if names else ()
+            c = b.block_hash is not None
+            old_own, old_c = self.map.get(bid, ((), False))
+            if own == old_own and c == old_c:
+                continue
+            if own != old_own:
+                if own:
+                    assign[str(bid)] = list(own)
+                else:
+                    free.append(bid)
+            if c != old_c:
+                (cached if c else uncached).append(bid)
+            if own or c:
+                self.map[bid] = (own, c)
+            else:
+                del self.map[bid]
+        return {"assign": assign, "free": free, "cached": cached, "uncached": uncached}

@@ -137,6 +137,18 @@ def drain() -> None:
                 st.captured.append(int(toks[i]))
 
 
+def _host_copies(tensors: list) -> tuple[list, object]:
+    """Copies of `tensors` for the host: numpy now on the CPU; on CUDA, copies queued behind the
+    step's work (no sync: it would stall the next step's launch under async scheduling), with
+    the event after which they are readable."""
+    if tensors[0].device.type == "cpu":
+        return [t.numpy().copy() for t in tensors], None
+    host = [t.to("cpu", non_blocking=True) for t in tensors]
+    ev = torch.cuda.Event()
+    ev.record()
+    return host, ev
+
+
 def note_built(cm) -> None:
     """Record what the builder actually received: the rows and seq_lens the kernel reads."""
     if not TRACKER.steps or TRACKER.steps[-1]["step"] != TRACKER.step_index - 1:
@@ -145,24 +157,48 @@ def note_built(cm) -> None:
     if "built" in step:        # one record per step even if several builders run
         return
     step["built"] = True
-    seq = cm.seq_lens.cpu().numpy() if TRACKER.record_rows or cm.seq_lens.device.type == "cpu" \
-        else None
+    recs = step["requests"]
+    if not TRACKER.record_rows:
+        seq = cm.seq_lens.numpy() if cm.seq_lens.device.type == "cpu" else None
+        for rec in recs:
+            s = int(seq[rec["row"]]) if seq is not None else rec["attn_seq_len"]
+            rec["built_seq_len"] = s
+            rec["blocks_read"] = -(-s // rec["block_size"])
+        return
     bt = cm.block_table_tensor
-    for rec in step["requests"]:
-        i = rec["row"]
-        s = int(seq[i]) if seq is not None else rec["attn_seq_len"]
-        nb = -(-s // rec["block_size"])
-        rec["built_seq_len"] = s
-        rec["blocks_read"] = nb
-        if TRACKER.record_rows:
-            rec["built_row"] = bt[i, :nb].cpu().tolist()
-    if TRACKER.record_rows:
-        qsl = cm.query_start_loc_cpu
-        step["metadata"] = {
-            "query_start_loc": qsl.tolist(), "seq_lens": seq[: cm.num_reqs].tolist(),
-            "slot_mapping": cm.slot_mapping[: cm.num_actual_tokens].cpu().tolist(),
-            "block_table_shape": list(bt.shape), "max_seq_len": int(cm.max_seq_len),
-            "backend": TRACKER.backend, "runner": TRACKER.runner_class}
+    n = cm.num_reqs
+    width = min(bt.shape[1], max(rec["blocks_total"] for rec in recs))
+    (rows, seq, slots), ev = _host_copies(
+        [bt[:n, :width], cm.seq_lens[:n], cm.slot_mapping[: cm.num_actual_tokens]])
+    meta = {"query_start_loc": cm.query_start_loc_cpu.numpy().copy(), "seq_lens": seq,
+            "slot_mapping": slots, "block_table_shape": list(bt.shape),
+            "max_seq_len": int(cm.max_seq_len), "backend": TRACKER.backend,
+            "runner": TRACKER.runner_class}
+    step["metadata"] = meta
+
+    def fill() -> None:
+        if ev is not None:
+            ev.synchronize()
+        bt_h, seq_h = np.asarray(rows), np.asarray(seq)
+        for rec in recs:
+            i = rec["row"]
+            s = int(seq_h[i])
+            nb = -(-s // rec["block_size"])
+            rec["built_seq_len"] = s
+            rec["blocks_read"] = nb
+            row = bt_h[i, :nb]
+            # Usually the kernel's row is exactly the one the hook computed: share the array
+            # (one to send to the trace writer, one to encode). Bytes compare fastest.
+            kernel = rec.get("kernel_row")
+            same = kernel is not None and row.dtype == kernel.dtype \
+                and row.tobytes() == kernel.tobytes()
+            rec["built_row"] = kernel if same else row
+        meta["seq_lens"], meta["slot_mapping"] = seq_h, np.asarray(slots)
+
+    if ev is None:
+        fill()
+    else:
+        TRACKER.unsettled.append(fill)
 
 
 def patch_builder_class(cls) -> None:

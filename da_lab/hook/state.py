@@ -80,6 +80,8 @@ class RequestState:
         if d is not kd or nb != knb or qb != kqb:
             self._kept_key = (d, nb, qb)
             self._kept = kept_blocks(d, self.layout, seq_len, query_len)
+            # Shared by the decision, the mask history and step records: never written.
+            self._kept.flags.writeable = False
         return self._kept
 
     def directive_dict(self) -> dict:
@@ -99,6 +101,7 @@ class Tracker:
         self.tokenizer_path: str | None = None
         self.record_rows = True          # keep full rows + metadata in step records
         self.steps: list[dict] = []      # one record per metadata build with DA requests
+        self.unsettled: list = []        # callables completing steps' records (settle())
         # Ended requests, by da_id, for the caller to collect (events, mask history); bounded
         # so a long-running engine does not keep every request it ever served.
         self.finished: dict[str, RequestState] = {}
@@ -190,8 +193,9 @@ class Tracker:
                 staged, seq_lens: np.ndarray, query_lens: np.ndarray) -> Decision | None:
         """Decide every DA request's kept blocks and director tokens for this step.
 
-        `staged(i)` gives batch row i's full block-table row (physical ids; read only when
-        rows are recorded), never modified here. Returns None when the step needs no change.
+        `staged(i)` gives batch row i's full block-table row as a numpy array (physical ids;
+        read only when rows are recorded), never modified here. Returns None when the step
+        needs no change.
         """
         t0 = time.perf_counter()
         detok = 0.0
@@ -249,10 +253,13 @@ class Tracker:
                    "tokens_unseen": max(0, out_index - st.n_seen),
                    "events": st.events[n_events:]}
             if self.record_rows:
-                full = np.asarray(staged(i))[:n_blocks]
-                rec["staged_row"] = full.tolist()
-                rec["kept_logical"] = kept.tolist()
-                rec["kernel_row"] = full[kept].tolist()
+                # A numpy copy (the runner reuses its staging rows), made a list only where a
+                # record is read or written (StepRecord, the trace writer). Equal rows share
+                # one array; nothing writes them.
+                full = staged(i)[:n_blocks].copy()
+                rec["staged_row"] = full
+                rec["kept_logical"] = kept
+                rec["kernel_row"] = full[kept] if masked else full
             record.append(rec)
         elapsed = time.perf_counter() - t0
         if record:
@@ -271,8 +278,16 @@ class Tracker:
         self.requests.clear()
         self.finished.clear()
         self.pending_outputs.clear()
+        self.unsettled.clear()
+
+    def settle(self) -> None:
+        """Fill in what the builder received, for steps whose copy to the host was still in
+        flight (metadata.note_built on CUDA)."""
+        while self.unsettled:
+            self.unsettled.pop(0)()
 
     def reset_log(self) -> list[dict]:
+        self.settle()
         steps, self.steps = self.steps, []
         return steps
 

@@ -28,6 +28,9 @@ from .runner_common import (patch_methods, wrap_execute_model, wrap_get_kv_cache
                             wrap_initialize_kv_cache)
 from .state import EXTRA_LAYOUT, TRACKER
 
+_NO_BLOCKS = np.zeros(0, dtype=np.int32)
+
+
 def _decide(runner, ib):
     metadata.drain()
     TRACKER.drop_missing(runner.req_states.req_id_to_index)
@@ -43,7 +46,7 @@ def _decide(runner, ib):
     idx = ib.idx_mapping_np
 
     def staged(i: int):
-        return mirror.get(int(idx[i]), ())
+        return mirror.get(int(idx[i]), _NO_BLOCKS)
 
     return TRACKER.rewrite(req_ids, outputs, [None] * n, staged, seq, q)
 
@@ -87,12 +90,14 @@ def _wrap_sample(orig):
 def _wrap_append_block_ids(orig):
     @functools.wraps(orig)
     def append_block_ids(self, req_index, new_block_ids, overwrite):
+        # numpy rows, replaced (never written) when blocks are added: the hook slices them
+        # without a Python list -> array conversion per request per step.
         rows = self.__dict__.setdefault("_da_rows", {})
-        ids = list(new_block_ids[0])
+        ids = np.asarray(new_block_ids[0], dtype=np.int32)
         if overwrite or req_index not in rows:
             rows[req_index] = ids
         else:
-            rows[req_index].extend(ids)
+            rows[req_index] = np.concatenate((rows[req_index], ids))
         return orig(self, req_index, new_block_ids, overwrite)
     return append_block_ids
 

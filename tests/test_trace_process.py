@@ -1,0 +1,136 @@
+"""The trace writer that encodes in a child process (da_lab.trace_process): the same file as
+TraceWriter's, in order, nothing lost on close or when the writing process dies, errors
+surfaced; and its array-reusing JSON encoder gives exactly json's text. No vLLM needed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from da_lab.trace import TraceError, TraceWriter, _dumps, load
+from da_lab.trace_process import ArrayReuseEncoder, ProcessTraceWriter
+
+FORMATS = [".jsonl.gz", ".parquet"]
+HEADER = {"provenance": {"device": "cpu", "note": "ünïcödé ✓"}}
+
+
+def array_record(step: int) -> dict:
+    """A record as the Lab hands it over: block rows as read-only numpy arrays, shared when
+    equal, growing by a block every few steps."""
+    row = np.arange(100, 120 + step // 4, dtype=np.int32)
+    row.flags.writeable = False
+    kept = np.array([0, 3, 4], dtype=np.int32)
+    return {"step": step, "wall_s": 0.01, "hook_us": 5.0 + step,
+            "requests": [{"req": f"r{i}", "staged_row": row + i, "kept_logical": kept,
+                          "kernel_row": (row + i)[kept], "built_row": row, "seq_len": 800,
+                          "new_text": "a\x00b ✓", "events": []} for i in range(3)],
+            "kv": {"assign": {"5": ["r0"]}, "free": [], "cached": [], "uncached": []},
+            "metadata": {"seq_lens": np.array([800, 801]), "slot_mapping": np.arange(3),
+                         "backend": "CPU_ATTN"} if step % 2 else None}
+
+
+def as_loaded(rec: dict) -> dict:
+    return json.loads(_dumps(rec))
+
+
+@pytest.mark.parametrize("ext", FORMATS)
+def test_same_records_as_the_plain_writer(tmp_path, ext):
+    recs = [array_record(s) for s in range(40)]
+    with TraceWriter(tmp_path / f"plain{ext}", HEADER) as w:
+        for r in recs:
+            w.write(r)
+    with ProcessTraceWriter(tmp_path / f"child{ext}", HEADER, max_pending=2) as w:
+        for r in recs:
+            w.write(r)
+        assert w.count == 40 and w.header == load(tmp_path / f"plain{ext}").header
+    plain, child = load(tmp_path / f"plain{ext}"), load(tmp_path / f"child{ext}")
+    assert child.header == plain.header
+    assert child.records == plain.records == [as_loaded(r) for r in recs]
+
+
+def test_a_record_changed_after_write_is_written_as_it_was(tmp_path):
+    p = tmp_path / "t.jsonl.gz"
+    rec = array_record(0)
+    with ProcessTraceWriter(p, HEADER) as w:
+        w.write(rec)
+        rec["requests"].clear()
+    assert load(p).records[0]["requests"] != []
+
+
+def test_errors_are_raised_by_write_or_close(tmp_path):
+    with pytest.raises(TraceError, match="unknown trace format"):
+        ProcessTraceWriter(tmp_path / "t.json", HEADER)
+    with pytest.raises(TraceError, match="header must be a dict"):
+        ProcessTraceWriter(tmp_path / "t.jsonl.gz", [1])
+    (tmp_path / "d.jsonl.gz").mkdir()
+    with pytest.raises(IsADirectoryError):              # as TraceWriter raises it
+        ProcessTraceWriter(tmp_path / "d.jsonl.gz", HEADER)
+    w = ProcessTraceWriter(tmp_path / "t.jsonl.gz", HEADER)
+    with pytest.raises(TraceError, match='no integer "step"'):
+        w.write({"requests": []})                        # checked here, before the child
+    w.write({"step": 0, "requests": [], "x": {1, 2}})     # not JSON: the child finds out
+    with pytest.raises(TypeError, match="not JSON-serializable"):
+        w.close()
+    with pytest.raises(TraceError, match="after close"):
+        w.write({"step": 1, "requests": []})
+
+
+@pytest.mark.parametrize("ext", FORMATS)
+def test_nothing_written_is_lost_when_the_writer_dies(tmp_path, ext):
+    """A process that records and dies without close(): the child still closes the file."""
+    p = tmp_path / f"t{ext}"
+    code = textwrap.dedent(f"""
+        import os, time
+        from da_lab.trace_process import ProcessTraceWriter
+        w = ProcessTraceWriter({str(p)!r}, {{"provenance": {{}}}})
+        for s in range(25):
+            w.write({{"step": s, "requests": [{{"req": "r0", "row": list(range(s))}}]}})
+        time.sleep(1)         # the feeder has handed every record to the child
+        os._exit(3)           # no close(), no atexit
+    """)
+    # run() returns once the child, which shares our output pipes, has exited too.
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 3, out.stderr
+    assert [r["step"] for r in load(p)] == list(range(25))
+
+
+def test_writer_left_open_is_closed_at_exit(tmp_path):
+    p = tmp_path / "t.parquet"
+    code = textwrap.dedent(f"""
+        from da_lab.trace_process import ProcessTraceWriter
+        w = ProcessTraceWriter({str(p)!r}, {{"provenance": {{}}}})
+        for s in range(7):
+            w.write({{"step": s, "requests": []}})
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert [r["step"] for r in load(p)] == list(range(7))
+
+
+arrays = st.builds(lambda xs, dt: np.array(xs, dtype=dt),
+                   st.lists(st.integers(-2**31, 2**31 - 1), max_size=20),
+                   st.sampled_from([np.int32, np.int64]))
+values = st.one_of(arrays, st.integers(), st.text(max_size=8), st.none(),
+                   st.lists(st.integers(), max_size=4))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.dictionaries(st.sampled_from(["staged_row", "kernel_row", "req", "x"]),
+                                values, max_size=4), max_size=4),
+       st.one_of(st.none(), st.dictionaries(st.sampled_from(["seq_lens", "backend"]), values)))
+def test_array_reuse_encoder_gives_jsons_text(requests, metadata):
+    enc = ArrayReuseEncoder()
+    rec = {"step": 1, "requests": requests, "metadata": metadata}
+    assert enc.dumps(rec) == _dumps(rec)
+    assert enc.dumps(rec) == _dumps(rec)          # second time from its cache
+    rec2 = {"step": 2, "requests": requests[::-1]}
+    assert enc.dumps(rec2) == _dumps(rec2)
