@@ -29,6 +29,9 @@ SCHEMA = 1
 KIND = "da_lab.trace"
 PARQUET_KEY = b"da_lab.trace"
 ROW_GROUP_SIZE = 1000
+# ...or fewer: a row group is held in memory until written, and one step of a batch of 64 at
+# 8k context is ~0.7 MB of JSON.
+ROW_GROUP_BYTES = 64 << 20
 _FORMATS = (".jsonl.gz", ".parquet")
 _INT64 = (-(2**63), 2**63 - 1)
 
@@ -246,6 +249,7 @@ class TraceWriter:
                                         use_dictionary=False)
             self._steps: list[int] = []
             self._rows: list[str] = []
+            self._row_bytes = 0
 
     def write(self, record: dict) -> None:
         if self._closed:
@@ -262,7 +266,8 @@ class TraceWriter:
         else:
             self._steps.append(record["step"])
             self._rows.append(line)
-            if len(self._rows) >= self._row_group_size:
+            self._row_bytes += len(line)
+            if len(self._rows) >= self._row_group_size or self._row_bytes >= ROW_GROUP_BYTES:
                 self._flush_rows()
         self.count += 1
 
@@ -277,7 +282,7 @@ class TraceWriter:
         table = pa.table({"step": pa.array(self._steps, pa.int64()),
                           "record": pa.array(self._rows, pa.string())}, schema=self._schema)
         self._pq.write_table(table)
-        self._steps, self._rows = [], []
+        self._steps, self._rows, self._row_bytes = [], [], 0
 
     def close(self) -> None:
         if self._closed:

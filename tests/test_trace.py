@@ -132,6 +132,17 @@ def test_round_trip_hypothesis(tmp_path, recs, extra):
 # streaming writer
 
 
+def test_parquet_row_groups_are_bounded_in_bytes(tmp_path, monkeypatch):
+    import da_lab.trace as trace
+
+    monkeypatch.setattr(trace, "ROW_GROUP_BYTES", 2000)
+    recs = [{"step": i, "requests": [{"req": "r0", "row": list(range(100))}]}
+            for i in range(20)]
+    p = save(tmp_path / "t.parquet", HEADER, recs)
+    assert pq.ParquetFile(p).num_row_groups >= 3
+    assert load(p).records == recs
+
+
 @pytest.mark.parametrize("ext", FORMATS)
 def test_writer_streams_many_records(tmp_path, ext):
     p = tmp_path / "sub" / f"big{ext}"  # parent folder is created
