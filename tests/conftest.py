@@ -3,8 +3,12 @@ import os
 import pytest
 
 # Before anything imports vLLM: offline, in-process engine, small CPU KV cache.
+# DA_LAB_MODEL: the hook's tests and the directed seed scenario need a model that writes no tags
+# of its own (the shipped default, da-tiny-tags, does: it would mask requests the tests expect
+# unmasked). The random da-tiny-v1 is that model; test_task_train_eval checks the shipped one.
 for k, v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-             "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}.items():
+             "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
+             "DA_LAB_MODEL": "da-tiny-v1"}.items():
     os.environ.setdefault(k, v)
 
 

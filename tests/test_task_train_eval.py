@@ -258,12 +258,15 @@ def test_eval_scores_known_texts():
 
 # ---- model selection --------------------------------------------------------------------------
 
-def test_models_can_be_picked_by_name():
+def test_models_can_be_picked_by_name(monkeypatch):
     from da_lab import model as M
 
     random_model = M.model_path("da-tiny-v1")
     assert (random_model / "FINGERPRINT").exists()
+    monkeypatch.delenv("DA_LAB_MODEL", raising=False)      # conftest pins the random one
     assert M.build_tiny_model() == (M.TRAINED_DIR if M.trained_available() else random_model)
+    monkeypatch.setenv("DA_LAB_MODEL", "da-tiny-v1")
+    assert M.build_tiny_model() == random_model
     if not M.trained_available():
         with pytest.raises(FileNotFoundError):
             M.model_path("da-tiny-tags")
