@@ -38,19 +38,27 @@ def snapshot(engine_core) -> dict[int, tuple[tuple[str, ...], bool]]:
             for b in pool.blocks if not b.is_null}
 
 
+def _empty_diff() -> dict:
+    return {"assign": {}, "free": [], "cached": [], "uncached": []}
+
+
+def _note(out: dict, bid: int, own: tuple, c: bool, old_own: tuple, old_c: bool) -> None:
+    """Add one block's change (owners, prefix-cached) to a diff in the trace's "kv" shape."""
+    if own != old_own:
+        if own:
+            out["assign"][str(bid)] = list(own)
+        else:
+            out["free"].append(bid)
+    if c != old_c:
+        out["cached" if c else "uncached"].append(bid)
+
+
 def diff(before: dict, after: dict) -> dict:
     """Changes from one snapshot to the next, in the trace's "kv" shape."""
-    assign, free, cached, uncached = {}, [], [], []
+    out = _empty_diff()
     for bid, (own, c) in after.items():
-        old_own, old_c = before.get(bid, ((), False))
-        if own != old_own:
-            if own:
-                assign[str(bid)] = list(own)
-            else:
-                free.append(bid)
-        if c != old_c:
-            (cached if c else uncached).append(bid)
-    return {"assign": assign, "free": free, "cached": cached, "uncached": uncached}
+        _note(out, bid, own, c, *before.get(bid, ((), False)))
+    return out
 
 
 class _Held:
@@ -161,7 +169,7 @@ class KVTracker:
                 touched[b.block_id] = b
 
     def _changes(self, touched: dict) -> dict:
-        assign, free, cached, uncached = {}, [], [], []
+        out = _empty_diff()
         for bid, b in touched.items():
             names = self._owners.get(bid)
             own = tuple(sorted(names)) if names else ()
@@ -169,15 +177,9 @@ class KVTracker:
             old_own, old_c = self.map.get(bid, ((), False))
             if own == old_own and c == old_c:
                 continue
-            if own != old_own:
-                if own:
-                    assign[str(bid)] = list(own)
-                else:
-                    free.append(bid)
-            if c != old_c:
-                (cached if c else uncached).append(bid)
+            _note(out, bid, own, c, old_own, old_c)
             if own or c:
                 self.map[bid] = (own, c)
             else:
                 del self.map[bid]
-        return {"assign": assign, "free": free, "cached": cached, "uncached": uncached}
+        return out
