@@ -252,7 +252,7 @@ class Lab:
         self.engine.add_request(rid, {"prompt_token_ids": ids}, params)
         forced = {at + k for at, ids in extra.get(EXTRA_DIRECTOR, []) for k in range(len(ids))}
         self.requests[rid] = {"prompt": prompt, "token_ids": [], "text": "", "finished": False,
-                              "forced": forced}
+                              "forced": forced, "max_tokens": max_tokens}
         self._added.append({"req": rid, "prompt_len": len(ids), "max_tokens": max_tokens,
                             "layout": extra.get(EXTRA_LAYOUT), "tags": [list(t) for t in tags]})
         return rid
@@ -272,6 +272,12 @@ class Lab:
             if a <= at < a + len(ids):
                 at = a + len(ids)
         ids = self.encode(tag)
+        # The mode changes the step after '>': a tag that can't close before the last token
+        # would be half-written and change nothing, so say so instead of forcing it.
+        room = r["max_tokens"] - at - 1
+        if len(ids) > room:
+            raise ValueError(f"request {rid!r} has {max(room, 0)} tokens left after its next "
+                             f"one; {tag} needs {len(ids)} and one more step to take effect")
         script.append((at, ids))
         r["forced"].update(range(at, at + len(ids)))
         return at

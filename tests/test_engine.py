@@ -269,3 +269,16 @@ def test_steering_a_running_request(lab, reference):
     state = lab.request_state(rid)
     r = oracle(lab, reference, prompt, rid, state)
     assert r.mismatches_masked == [] and r.mismatches_unmasked
+
+
+def test_steering_too_late_is_refused_with_a_reason(lab):
+    """A tag that can't close before the request's last token would change nothing: refused."""
+    rid = lab.add_request(lab.seed_prompt(), max_tokens=8)
+    for _ in range(4):
+        lab.step()
+    with pytest.raises(ValueError, match="tokens left"):
+        lab.steer(rid, "<focus C3,C7>")
+    lab.run()
+    assert len(lab.requests[rid]["token_ids"]) == 8
+    state = lab.request_state(rid)
+    assert not state.ever_masked and not lab.requests[rid]["forced"]   # nothing was forced
