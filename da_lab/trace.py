@@ -235,8 +235,10 @@ class TraceWriter:
         self._row_group_size = max(1, int(row_group_size))
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self._fmt == ".jsonl.gz":
-            # mtime=0: the same run gives the same bytes.
-            self._gz = gzip.GzipFile(self.path, "wb", compresslevel=6, mtime=0)
+            # mtime=0: the same run gives the same bytes. Level 1: a recording must keep pace
+            # with the engine; at batch 64 x 8k it halves the writer's time per record
+            # (bench/recording_cpu.py: 25.2 -> 12.5 ms) for files ~1.3x larger than level 6.
+            self._gz = gzip.GzipFile(self.path, "wb", compresslevel=1, mtime=0)
             self._gz.write(header_json.encode() + b"\n")
             self._gz.flush()
         else:
