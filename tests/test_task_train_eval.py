@@ -160,20 +160,25 @@ def test_training_history_equals_what_the_real_hook_recorded(lab):
 
 # ---- training smoke, checkpoint in transformers and in the engine ----------------------------
 
-@pytest.fixture(scope="module")
-def smoke_checkpoint(tmp_path_factory):
+def _train_smoke(out) -> dict:
+    """Four steps of the tiny smoke model, seed 5, with every probe passing (the curriculum
+    moves at step 2)."""
     from da_lab import train as R
 
-    out = tmp_path_factory.mktemp("ckpt") / "da-tiny-tags-smoke"
     saved = R.ADVANCE_TAG, R.ADVANCE_DA
-    R.ADVANCE_TAG = R.ADVANCE_DA = -1.0          # every probe passes: the curriculum moves
+    R.ADVANCE_TAG = R.ADVANCE_DA = -1.0
     try:
-        meta = R.main(["--steps", "4", "--batch", "4", "--tiny", "--device", "cpu", "--out",
+        return R.main(["--steps", "4", "--batch", "4", "--tiny", "--device", "cpu", "--out",
                        str(out), "--eval-n", "8", "--check-every", "2", "--probe-n", "4",
                        "--chunks", "3", "--workers", "0", "--seed", "5"])
     finally:
         R.ADVANCE_TAG, R.ADVANCE_DA = saved
-    return out, meta
+
+
+@pytest.fixture(scope="module")
+def smoke_checkpoint(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ckpt") / "da-tiny-tags-smoke"
+    return out, _train_smoke(out)
 
 
 def test_training_smoke_writes_a_loadable_checkpoint(smoke_checkpoint):
@@ -207,15 +212,7 @@ def test_training_is_deterministic_given_the_seed(smoke_checkpoint):
     a, b = R.make_batch(job), R.make_batch(dict(job))
     assert all(np.array_equal(a[k], b[k]) for k in a)
     _, meta = smoke_checkpoint
-    saved = R.ADVANCE_TAG, R.ADVANCE_DA
-    R.ADVANCE_TAG = R.ADVANCE_DA = -1.0
-    try:
-        again = R.main(["--steps", "4", "--batch", "4", "--tiny", "--device", "cpu", "--out",
-                        str(smoke_checkpoint[0]) + "-again", "--eval-n", "8",
-                        "--check-every", "2", "--probe-n", "4", "--chunks", "3",
-                        "--workers", "0", "--seed", "5"])
-    finally:
-        R.ADVANCE_TAG, R.ADVANCE_DA = saved
+    again = _train_smoke(str(smoke_checkpoint[0]) + "-again")
     assert again["loss_every_25_steps"] == meta["loss_every_25_steps"]
     assert again["final_loss"] == meta["final_loss"]
     assert again["probe_history"] == [dict(h, seconds=a["seconds"]) for h, a in
