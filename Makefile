@@ -41,7 +41,7 @@ check-env: install
 	$(BIN)/python tools/check_env.py
 
 lab: install
-	$(BIN)/python -m da_lab.model
+	$(BIN)/python -m da_lab.engine.models
 	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --ServerApp.root_dir=notebooks \
 	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 

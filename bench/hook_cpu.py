@@ -52,7 +52,7 @@ def main():
     ap.add_argument("--requests", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=96)
     args = ap.parse_args()
-    from da_lab.lab import Lab
+    from da_lab.engine.lab import Lab
 
     lab = Lab(num_blocks=256, max_model_len=2016, record_rows=False)
     prompt = lab.seed_prompt()

@@ -21,7 +21,7 @@ def main():
     ap.add_argument("--steps", type=int, default=1000)
     args = ap.parse_args()
     from da_lab.cli import SEED_TAGS
-    from da_lab.lab import Lab
+    from da_lab.engine.lab import Lab
 
     lab = Lab()
     prompt = lab.seed_prompt()

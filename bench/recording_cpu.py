@@ -29,12 +29,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from da_lab.bench import bench_layout  # noqa: E402
-from da_lab.hook import kvmap  # noqa: E402
+from da_lab.bench.run import bench_layout  # noqa: E402
+from da_lab.engine import kvmap  # noqa: E402
 from da_lab.hook.state import EXTRA_ID, EXTRA_LAYOUT, Tracker  # noqa: E402
-from da_lab.lab import StepRecord, step_record  # noqa: E402
+from da_lab.engine.lab import StepRecord, step_record  # noqa: E402
 from da_lab.trace import TraceWriter, load  # noqa: E402
-from da_lab.trace_process import ProcessTraceWriter  # noqa: E402
+from da_lab.trace.process import ProcessTraceWriter  # noqa: E402
 
 BATCH, CONTEXT, BS, POOL = 64, 8192, 16, 33_000
 

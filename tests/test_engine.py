@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from da_lab.cli import SEED_TAGS
-from da_lab.oracle import check
+from da_lab.checks.oracle import check
 
 SCENARIO = [(4, "<focus C3,C7>"), (16, "<local>"), (28, "<global>")]
 assert SCENARIO == SEED_TAGS
@@ -131,7 +131,7 @@ def test_masked_kv_is_not_served_by_prefix_cache(lab, reference):
     # K/V that were computed under A's mask.
     prompt_b = prompt.token_ids + toks_a
     toks_b, *_ = run(lab, prompt_b, max_tokens=8)
-    from da_lab.oracle import check as ref_check
+    from da_lab.checks.oracle import check as ref_check
 
     unmasked = ref_check(reference, prompt_b, toks_b, [], lab.block_size)
     assert unmasked.mismatches_masked == [], (toks_b, unmasked.masked_tokens)
@@ -197,7 +197,7 @@ def test_cli_demo_json_is_one_document():
 
 def test_recompute_of_masked_request_warns(lab):
     """64 blocks can't hold two long requests: vLLM preempts one and later recomputes it."""
-    from da_lab.layout import build_prompt, seed_texts
+    from da_lab.core.layout import build_prompt, seed_texts
 
     head, chunks, tail = seed_texts()
     filler = lab.encode("\n")[0]

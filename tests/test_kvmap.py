@@ -4,7 +4,7 @@ hits, requests finishing, aborts, preemption, evictions of cached blocks and a c
 
 import numpy as np
 
-from da_lab.hook import kvmap
+from da_lab.engine import kvmap
 
 
 def run_checked(lab, prev, *, abort_at: dict | None = None, seen: set | None = None):

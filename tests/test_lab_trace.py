@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from da_lab.cli import SEED_TAGS
-from da_lab.lab import Lab
+from da_lab.engine.lab import Lab
 from da_lab.trace import apply_kv_changes, load
 
 ROOT = Path(__file__).resolve().parents[1]

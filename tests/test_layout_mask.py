@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from da_lab.layout import Layout, build_prompt, seed_texts
-from da_lab.mask import kept_blocks
-from da_lab.tags import Directive, Mode
+from da_lab.core.layout import Layout, build_prompt, seed_texts
+from da_lab.core.mask import kept_blocks
+from da_lab.core.tags import Directive, Mode
 
 SEED = Layout(block_size=32, head_blocks=1, chunk_blocks=(2,) * 12, prompt_len=813)
 

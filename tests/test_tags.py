@@ -1,4 +1,4 @@
-"""Tests for da_lab.tags: the DA tag grammar and the split-invariant stream trap."""
+"""Tests for da_lab.core.tags: the DA tag grammar and the split-invariant stream trap."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from da_lab.tags import (
+from da_lab.core.tags import (
     Directive,
     Event,
     EventKind,

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from da_lab import task as T
-from da_lab.layout import BLOCK_SIZE
-from da_lab.oracle import mask_matrix
-from da_lab.tags import Directive, Mode, parse_tag
+from da_lab.training import task as T
+from da_lab.core.layout import BLOCK_SIZE
+from da_lab.checks.oracle import mask_matrix
+from da_lab.core.tags import Directive, Mode, parse_tag
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -85,7 +85,7 @@ def test_mixture_has_locals_and_multis_as_minorities():
 def test_training_mask_equals_oracle_mask_of_the_hook_history(seed, index, n_chunks, turns):
     import torch
 
-    from da_lab import train as R
+    from da_lab.training import train as R
 
     s = T.sample(seed, index, n_chunks=n_chunks, turns=turns, p_multi=0.3, multi_keys=(2, 4))
     n = len(s.ids)
@@ -108,7 +108,7 @@ def test_training_mask_equals_oracle_mask_of_the_hook_history(seed, index, n_chu
 def _tags_of(tokens, tok, n_chunks):
     """(output index of the token that closed a tag, directive in force from there on) for
     every change of directive, by decoding the output one token more at a time."""
-    from da_lab.tags import TagStream
+    from da_lab.core.tags import TagStream
 
     out, last = [], Directive()
     for k in range(len(tokens)):
@@ -126,7 +126,7 @@ def test_training_history_equals_what_the_real_hook_recorded(lab):
     and the compact training mask is the oracle's matrix of that history."""
     import torch
 
-    from da_lab import train as R
+    from da_lab.training import train as R
 
     s = T.sample(11, 4, T.HELDOUT, kind="single")
     other = s.directive.chunks[0] % 12 + 1
@@ -163,7 +163,7 @@ def test_training_history_equals_what_the_real_hook_recorded(lab):
 def _train_smoke(out) -> dict:
     """Four steps of the tiny smoke model, seed 5, with every probe passing (the curriculum
     moves at step 2)."""
-    from da_lab import train as R
+    from da_lab.training import train as R
 
     saved = R.ADVANCE_TAG, R.ADVANCE_DA
     R.ADVANCE_TAG = R.ADVANCE_DA = -1.0
@@ -205,7 +205,7 @@ def test_training_smoke_writes_a_loadable_checkpoint(smoke_checkpoint):
 
 
 def test_training_is_deterministic_given_the_seed(smoke_checkpoint):
-    from da_lab import train as R
+    from da_lab.training import train as R
 
     job = {"seed": 5, "step": 3, "batch": 4, "levels": R.levels_for(3), "level": 2,
            "p_drill": 0.9, "p_multi": 0.2, "multi_keys": (2, 4), "drill": (4, 8)}
@@ -239,7 +239,7 @@ def test_eval_cli_json_through_the_engine(smoke_checkpoint):
 
 
 def test_eval_scores_known_texts():
-    from da_lab.evaluate import _fraction_after_tag, answer_text
+    from da_lab.training.evaluate import _fraction_after_tag, answer_text
 
     d, ans = answer_text("<focus C3> day 7", 12)
     assert d == Directive(Mode.FOCUS, chunks=(3,)) and ans == "day 7"
@@ -256,7 +256,7 @@ def test_eval_scores_known_texts():
 # ---- model selection --------------------------------------------------------------------------
 
 def test_models_can_be_picked_by_name(monkeypatch):
-    from da_lab import model as M
+    from da_lab.engine import models as M
 
     random_model = M.model_path("da-tiny-v1")
     assert (random_model / "FINGERPRINT").exists()
@@ -274,7 +274,7 @@ def test_shipped_model_writes_its_own_tags_through_the_engine():
     prompts (`da-lab eval`, its own process: the session's Lab holds this one's engine slot):
     it names the right chunk, answers under its own mask, and the kernel then reads under 30%
     of the row (the issue's goals; `da-lab eval --n 500` measured 1.0 / 1.0 / 0.22)."""
-    from da_lab import model as M
+    from da_lab.engine import models as M
 
     assert M.trained_available(), "da_lab/assets/da-tiny-tags/ must hold the trained weights"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",

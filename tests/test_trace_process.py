@@ -1,4 +1,4 @@
-"""The trace writer that encodes in a child process (da_lab.trace_process): the same file as
+"""The trace writer that encodes in a child process (da_lab.trace.process): the same file as
 TraceWriter's, in order, nothing lost on close or when the writing process dies, errors
 surfaced; and its array-reusing JSON encoder gives exactly json's text. No vLLM needed."""
 
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from da_lab.trace import TraceError, TraceWriter, _dumps, load
-from da_lab.trace_process import ArrayReuseEncoder, ProcessTraceWriter
+from da_lab.trace.io import TraceError, TraceWriter, _dumps, load
+from da_lab.trace.process import ArrayReuseEncoder, ProcessTraceWriter
 
 FORMATS = [".jsonl.gz", ".parquet"]
 HEADER = {"provenance": {"device": "cpu", "note": "ünïcödé ✓"}}
@@ -88,7 +88,7 @@ def test_nothing_written_is_lost_when_the_writer_dies(tmp_path, ext):
     p = tmp_path / f"t{ext}"
     code = textwrap.dedent(f"""
         import os, time
-        from da_lab.trace_process import ProcessTraceWriter
+        from da_lab.trace.process import ProcessTraceWriter
         w = ProcessTraceWriter({str(p)!r}, {{"provenance": {{}}}})
         for s in range(25):
             w.write({{"step": s, "requests": [{{"req": "r0", "row": list(range(s))}}]}})
@@ -105,7 +105,7 @@ def test_nothing_written_is_lost_when_the_writer_dies(tmp_path, ext):
 def test_writer_left_open_is_closed_at_exit(tmp_path):
     p = tmp_path / "t.parquet"
     code = textwrap.dedent(f"""
-        from da_lab.trace_process import ProcessTraceWriter
+        from da_lab.trace.process import ProcessTraceWriter
         w = ProcessTraceWriter({str(p)!r}, {{"provenance": {{}}}})
         for s in range(7):
             w.write({{"step": s, "requests": []}})

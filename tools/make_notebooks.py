@@ -22,7 +22,7 @@ from da_lab_widgets import Highlight, LiveSource, TraceSource, Player
 from da_lab.cli import SEED_TAGS
 
 if LIVE:
-    from da_lab.lab import Lab
+    from da_lab.engine.lab import Lab
     lab = Lab()
     rid = lab.add_request(lab.seed_prompt(), tags=SEED_TAGS, max_tokens=40, request_id="seed")
     source = LiveSource(lab)
@@ -163,7 +163,7 @@ player.widget'''),
            "steps under GLOBAL, then under FOCUS on one chunk, on this machine, now."),
         code('''import statistics
 import plotly.graph_objects as go
-from da_lab.speed import measure
+from da_lab.bench.speed import measure
 
 # A separate process with a bigger KV cache (~5,400 tokens of context); this kernel's live
 # engine keeps running. About 20 s on 2 CPU cores.
@@ -185,13 +185,13 @@ fig.show()'''),
     notebook("05_model_writes_tags.ipynb", [
         md("# 5 · A model that writes its own tags\n\nUntil now a *director* forced the tags "
            "into the output. Here nobody does: the embedded model was trained (`python -m "
-           "da_lab.train`, task in `da_lab.task`) to read a question, write `<focus Ck>` naming "
+           "da_lab.training.train`, task in `da_lab.training.task`) to read a question, write `<focus Ck>` naming "
            "the chunk that holds the answer (`<local>` when no chunk is needed, `<focus Ci,Cj>` "
            "when two are), then answer under the mask its own tag switched on.\n\n"
            "The weights ship in `da_lab/assets/da-tiny-tags/` (3M parameters, 6 MB; "
            "`training.json` there says how they were made). Set `MODEL = \"da-tiny-v1\"` "
            "below to see the random model try: garbage tags, zeros in the table."),
-        code('''from da_lab.model import default_model_name, model_path
+        code('''from da_lab.engine.models import default_model_name, model_path
 
 MODEL = default_model_name()          # "da-tiny-tags" once trained, else "da-tiny-v1"
 print(MODEL, "->", model_path(MODEL))'''),
@@ -199,7 +199,7 @@ print(MODEL, "->", model_path(MODEL))'''),
            "engine with the DA hook, each twice: with its DA layout (the hook traps the model's "
            "own tag) and with every block visible. `da-lab eval --n 500` does the same from a "
            "shell."),
-        code('''from da_lab.evaluate import run_eval, table
+        code('''from da_lab.training.evaluate import run_eval, table
 
 res = run_eval(40, model_path(MODEL), progress=False)
 print(table(res))
@@ -208,8 +208,8 @@ for r in res["rows"][:6]:
         md("## Live: watch it choose\nOne held-out question, no director: the tag buffer "
            "fills with what the model writes, traps at `>`, and the row shrinks to the chunk it "
            "named. Press ▶ or run the next cell."),
-        code('''from da_lab import task
-from da_lab.lab import Lab
+        code('''from da_lab.training import task
+from da_lab.engine.lab import Lab
 from da_lab_widgets import BlocksDiagram, DAHookDiagram, Highlight, LiveSource, Player
 
 sample = task.held_out(3)[2]

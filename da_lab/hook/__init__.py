@@ -31,7 +31,9 @@ def register() -> None:
     import vllm
 
     check_version(vllm.__version__)
-    from . import prefix_cache, v1, v2
+    from da_lab.hook import prefix_cache
+    from da_lab.hook.runners import v1
+    from da_lab.hook.runners import v2
 
     v1.install()
     v2.install()

@@ -28,8 +28,8 @@ import time
 import numpy as np
 import torch
 
-from .runner_common import DAUnsupported
-from .state import TRACKER, Decision
+from da_lab.hook.runners.common import DAUnsupported
+from da_lab.hook.state import TRACKER, Decision
 
 # The decision of the step being built, and what to undo after its forward (per thread).
 LOCAL = threading.local()

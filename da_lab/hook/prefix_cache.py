@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 
-from .state import EXTRA_LAYOUT
+from da_lab.hook.state import EXTRA_LAYOUT
 
 
 def _cap(request, num_tokens: int) -> int:

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..layout import Layout
-from ..mask import kept_blocks
-from ..tags import Event, TagStream
-from . import director
+from da_lab.core.layout import Layout
+from da_lab.core.mask import kept_blocks
+from da_lab.core.tags import Event, TagStream
+from da_lab.hook import director
 
 EXTRA_LAYOUT = "da_layout"      # SamplingParams.extra_args key: Layout.to_dict()
 EXTRA_DIRECTOR = "da_director"  # [[output_index, [token ids]], ...]

@@ -20,7 +20,7 @@ import ipywidgets as widgets
 import plotly.colors as pcolors
 import plotly.graph_objects as go
 
-from da_lab.layout import Layout
+from da_lab.core.layout import Layout
 
 from .highlight import Highlight
 from .source import added_entry, first_request, kv_state, request_in

@@ -19,7 +19,7 @@ from bisect import bisect_right
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
-from da_lab.tags import Directive, Mode, parse_tag, tag_text
+from da_lab.core.tags import Directive, Mode, parse_tag, tag_text
 
 from .blocks import HL, MASKED, NONE, Pusher, RequestView, phys_row
 from .highlight import Highlight

@@ -626,7 +626,7 @@ def _vllm_version() -> str | None:
 
 
 def variant_cache(kind: str) -> Path:
-    from da_lab.model import lab_home
+    from da_lab.engine.models import lab_home
 
     return lab_home() / "variants" / f"{kind}.json"
 
@@ -644,7 +644,7 @@ def make_variant_model(model_path: str | Path, kind: str, dest: str | Path) -> P
 
 def _da_hook_verdict(folder: Path) -> str:
     """What the lab's own precheck says about this model (the DA hook's refusal, if any)."""
-    from da_lab.lab import precheck_model
+    from da_lab.engine.lab import precheck_model
 
     try:
         precheck_model(folder)
@@ -666,7 +666,7 @@ def introspect_variant(model_path: str | Path | None, kind: str, *, refresh: boo
     """
     if kind not in VARIANTS:
         raise ValueError(f"unknown variant {kind!r}; one of {sorted(VARIANTS)}")
-    from da_lab.model import build_tiny_model, fingerprint
+    from da_lab.engine.models import build_tiny_model, fingerprint
 
     model_path = Path(model_path or build_tiny_model())
     fp = fingerprint(model_path)
@@ -750,8 +750,8 @@ def run_variant(kind: str, model_path: str | Path) -> dict:
         out["da_hook"] = _da_hook_verdict(folder)
         from vllm import LLM, SamplingParams
 
-        from da_lab.hook.access import model_runner
-        from da_lab.hook.introspect import skeleton
+        from da_lab.engine.access import model_runner
+        from da_lab.engine.introspect import skeleton
 
         for attempt in spec["attempts"]:
             engine_args = {**ENGINE_ARGS, **attempt}

@@ -34,14 +34,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .trace import ROW_GROUP_SIZE, TraceError, TraceWriter, _dumps, _format_of, check_writable
+from da_lab.trace.io import ROW_GROUP_SIZE, TraceError, TraceWriter, _dumps, _format_of, check_writable
 
 __all__ = ["ProcessTraceWriter", "ArrayReuseEncoder"]
 
 
 class ProcessTraceWriter:
     """`TraceWriter`'s interface (write, close, count, path, header; a context manager), with
-    the work done in a child process (`python -m da_lab.trace_process`, started in well under
+    the work done in a child process (`python -m da_lab.trace.process`, started in well under
     a second; not multiprocessing, which would re-run the caller's main script in it)."""
 
     def __init__(self, path, header: dict, *, row_group_size: int = ROW_GROUP_SIZE,
@@ -56,12 +56,12 @@ class ProcessTraceWriter:
         records_r, records_w = os.pipe()
         results_r, results_w = os.pipe()
         env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[1])      # where da_lab is importable from
+        root = str(Path(__file__).resolve().parents[2])      # where da_lab is importable from
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
         # Only the child's two ends are passed: when this process closes (or loses) the
         # writing end, the child reads EOF, writes what it has and closes the file.
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "da_lab.trace_process", str(records_r), str(results_w)],
+            [sys.executable, "-m", "da_lab.trace.process", str(records_r), str(results_w)],
             pass_fds=(records_r, results_w), env=env, stdin=subprocess.DEVNULL)
         os.close(records_r)
         os.close(results_w)

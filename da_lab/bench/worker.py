@@ -1,6 +1,6 @@
 """One child of `da-lab bench`: one engine (one model x mode), every context x batch measured.
 
-    python -m da_lab.bench_worker SPEC.json OUT.json
+    python -m da_lab.bench.worker SPEC.json OUT.json
 
 The parent (da_lab/bench.py) sets the environment before this process imports vLLM:
 VLLM_PLUGINS=none for the stock modes (so the da_lab plugin is never loaded),
@@ -24,7 +24,7 @@ import time
 import traceback
 from pathlib import Path
 
-from .bench import (STOCK_MODES, TAGS, bench_layout, kept_fraction, kept_prompt_len)
+from da_lab.bench.run import (STOCK_MODES, TAGS, bench_layout, kept_fraction, kept_prompt_len)
 
 # Kernel / op names counted as attention (case-insensitive substrings), and names that match
 # those but are not the attention read (the KV write, metadata planning, RoPE).
@@ -129,16 +129,16 @@ class Recorder:
     """What `Lab.step()` does per step when recording (da_lab/lab.py): collect the hook's log
     (full rows: TRACKER.record_rows = True), update the physical KV map (kvmap.KVTracker),
     build the StepRecord and hand it to the trace writer, which encodes and compresses in a
-    child process (da_lab.trace_process.ProcessTraceWriter)."""
+    child process (da_lab.trace.process.ProcessTraceWriter)."""
 
     def __init__(self, path: Path, core, runner, provenance: dict) -> None:
-        from .hook import kvmap
-        from .trace_process import ProcessTraceWriter
+        from da_lab.engine import kvmap
+        from da_lab.trace.process import ProcessTraceWriter
 
         self.path = path
         self.kv = kvmap.KVTracker(core)
         try:
-            from .hook.introspect import skeleton
+            from da_lab.engine.introspect import skeleton
 
             skel = skeleton(runner)
         except Exception as e:   # noqa: BLE001 - the header's diagram data is not timed
@@ -151,8 +151,8 @@ class Recorder:
         self.seconds = 0.0
 
     def on_step(self, outs, wall: float) -> None:
-        from .hook.state import TRACKER
-        from .lab import step_record
+        from da_lab.hook.state import TRACKER
+        from da_lab.engine.lab import step_record
 
         t0 = time.perf_counter()
         hook = TRACKER.reset_log()
@@ -198,7 +198,7 @@ class Child:
         from vllm import LLM
 
         if self.plugin:
-            from . import hook  # noqa: F401 - imported, not registered, before the wait
+            from da_lab import hook  # noqa: F401 - imported, not registered, before the wait
         self.doc["import_s"] = round(time.perf_counter() - t0, 2)
         self.doc["t_imported"] = time.time()
         go = s.get("go_file")
@@ -223,8 +223,8 @@ class Child:
                       gpu_memory_utilization=s["gpu_memory_utilization"],
                       load_format=s["load_format"])
         if self.plugin:
-            from .hook import register
-            from .hook.state import TRACKER
+            from da_lab.hook import register
+            from da_lab.hook.state import TRACKER
 
             register()                 # also loaded by vLLM when installed; idempotent
             TRACKER.record_rows = s["mode"] == "global_recording"
@@ -235,7 +235,7 @@ class Child:
         t1 = time.perf_counter()
         self.llm = LLM(**kwargs)
         self.doc["engine_start_s"] = round(time.perf_counter() - t1, 2)
-        from .hook import access
+        from da_lab.engine import access
 
         self.engine = self.llm.llm_engine
         self.core = access.engine_core(self.llm)
@@ -408,7 +408,7 @@ class Child:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        from .hook.state import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
+        from da_lab.hook.state import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
 
         s, mode, bs = self.spec, self.spec["mode"], self.spec["block_size"]
         batches = sorted(s["batches"], reverse=True)
@@ -498,7 +498,7 @@ class Child:
                 if self.recorder is not None:
                     self.recorder.skipped_steps()
             if self.plugin:
-                from .hook.director import LIVE
+                from da_lab.hook.director import LIVE
 
                 for r in rids:
                     LIVE.pop(r, None)

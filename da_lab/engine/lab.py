@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
-from .layout import BLOCK_SIZE, DAPrompt, build_prompt, seed_texts
-from .hook import access, kvmap
-from .model import build_tiny_model
+from da_lab import __version__
+from da_lab.core.layout import BLOCK_SIZE, DAPrompt, build_prompt, seed_texts
+from da_lab.engine import access, kvmap
+from da_lab.engine.models import build_tiny_model
 
 # Set before vLLM is imported: offline, in-process, a KV cache the CPU machine can afford.
 LAB_ENV = {
@@ -174,8 +174,8 @@ class Lab:
         import torch
         from vllm import LLM
 
-        from .hook import register
-        from .hook.state import TRACKER
+        from da_lab.hook import register
+        from da_lab.hook.state import TRACKER
 
         register()   # also loaded by vLLM as a plugin; idempotent
         cuda = torch.cuda.is_available()
@@ -233,7 +233,7 @@ class Lab:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        from .hook.state import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
+        from da_lab.hook.state import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
 
         rid = request_id or f"r{len(self.requests)}-{uuid.uuid4().hex[:6]}"
         extra: dict = {EXTRA_ID: rid}
@@ -261,7 +261,7 @@ class Lab:
         """Make the director write `tag` into a running request's output, starting at its next
         token; the hook then traps it like any tag the model wrote. Returns that output index.
         (The mode never changes beside the stream: this only forces tokens.)"""
-        from .hook.director import LIVE
+        from da_lab.hook.director import LIVE
 
         r = self.requests.get(rid)
         if r is None or r["finished"]:
@@ -289,7 +289,7 @@ class Lab:
     # ---- stepping ------------------------------------------------------------------------
     def step(self) -> StepRecord:
         """Run exactly one engine step and return its record."""
-        from .hook.director import LIVE
+        from da_lab.hook.director import LIVE
 
         n_warn = len(self.tracker.warnings)
         t0 = time.perf_counter()
@@ -357,7 +357,7 @@ class Lab:
 
     def skeleton(self) -> dict:
         """Diagram 1's data, introspected from the loaded model (see hook/introspect.py)."""
-        from .hook.introspect import skeleton
+        from da_lab.engine.introspect import skeleton
 
         return skeleton(self._runner)
 
@@ -380,7 +380,7 @@ class Lab:
         """Record every following step to a trace file (.jsonl.gz, or .parquet for large
         runs); returns the writer, which `stop_recording()` (or shutdown) closes. Encoding and
         compression run in a child process (trace_process.py), off the engine's thread."""
-        from .trace_process import ProcessTraceWriter
+        from da_lab.trace.process import ProcessTraceWriter
 
         self.stop_recording()
         header = {"provenance": self.provenance(), "skeleton": self.skeleton(),
@@ -409,7 +409,7 @@ class Lab:
             self.engine.engine_core.shutdown()
         except Exception:   # noqa: BLE001 - best effort; the process may be exiting anyway
             pass
-        from .hook.director import LIVE
+        from da_lab.hook.director import LIVE
 
         LIVE.clear()
         self.llm = self.engine = None

@@ -1,6 +1,6 @@
 """`da-lab eval`: does the model write the right tag, and does it answer under its own mask?
 
-Runs held-out prompts of `da_lab.task` (a seed disjoint from training) through the real vLLM
+Runs held-out prompts of `da_lab.training.task` (a seed disjoint from training) through the real vLLM
 engine with the DA hook: no director, the model writes its own tags. Every prompt runs twice:
     DA          with its layout: the hook traps the model's tag and hides blocks from then on;
     all blocks  without a layout: the hook changes nothing (the model may still write the tag).
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import task as T
+from da_lab.training import task as T
 
 KEYS = ("n", "tag_accuracy", "da_answer_accuracy", "all_blocks_answer_accuracy",
         "blocks_read_fraction_after_tag")
@@ -42,7 +42,7 @@ def _run_wave(lab, samples: list, da: bool, max_tokens: int, tag: str) -> tuple[
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    from .hook.state import EXTRA_ID, EXTRA_LAYOUT
+    from da_lab.hook.state import EXTRA_ID, EXTRA_LAYOUT
 
     ids = []
     for i, s in enumerate(samples):
@@ -80,7 +80,7 @@ def run_eval(n: int = 500, model: str | Path | None = None, *, seed: int | None 
              wave: int = 64, max_tokens: int = 24, lab=None, progress: bool = True) -> dict:
     """Evaluate `model` (default: the lab's default model) on n held-out prompts.
 
-    Starts its own engine unless `lab` (an idle `da_lab.lab.Lab`) is given. Returns the five
+    Starts its own engine unless `lab` (an idle `da_lab.engine.lab.Lab`) is given. Returns the five
     numbers of KEYS plus "by_kind" (the same accuracies per question kind), "rows" (one per
     prompt: kind, expected tag and answer, both texts) and "seconds"."""
     t0 = time.perf_counter()
@@ -88,7 +88,7 @@ def run_eval(n: int = 500, model: str | Path | None = None, *, seed: int | None 
     samples = T.held_out(n, seed)
     own = lab is None
     if own:
-        from .lab import Lab
+        from da_lab.engine.lab import Lab
 
         need = max((len(s.prompt.token_ids) for s in samples), default=0) + max_tokens
         per = -(-need // 32) + 1                  # KV blocks one request can hold

@@ -18,11 +18,11 @@ import functools
 
 import numpy as np
 
-from . import metadata
-from .metadata import LOCAL
-from .runner_common import (patch_methods, wrap_execute_model, wrap_get_kv_cache_spec,
+from da_lab.hook import metadata
+from da_lab.hook.metadata import LOCAL
+from da_lab.hook.runners.common import (patch_methods, wrap_execute_model, wrap_get_kv_cache_spec,
                             wrap_initialize_kv_cache)
-from .state import EXTRA_LAYOUT, TRACKER
+from da_lab.hook.state import EXTRA_LAYOUT, TRACKER
 
 
 def _decide(runner, num_reqs: int, num_scheduled_tokens: dict[str, int]):

@@ -1,7 +1,7 @@
 """DA under tensor parallelism: every TP rank runs the hook on its own block table and must
 reach the same decisions from the same sampled tokens (GitHub issue 8).
 
-    python -m da_lab.tp_check [--tp 2] [--out bench/results/tp2-<device>-<date>.json]
+    python -m da_lab.checks.tp_check [--tp 2] [--out bench/results/tp2-<device>-<date>.json]
 
 Starts `vllm.LLM(..., tensor_parallel_size=N)` with multiprocess workers (the engine core in
 its own process, one worker process per rank; the `vllm.general_plugins` entry point loads the
@@ -32,7 +32,7 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
-from .lab import engine_name as lab_engine_name
+from da_lab.engine.lab import engine_name as lab_engine_name
 
 # Step-record keys that are timings, not decisions: never compared across ranks.
 VOLATILE = ("hook_us",)
@@ -95,7 +95,7 @@ def _jsonable(o):
 # ---- prompts and requests, as the Lab builds them -------------------------------------------
 def seed_prompt(tokenizer, block_size: int):
     """`Lab.seed_prompt` without a Lab: the same code on the engine's tokenizer."""
-    from .lab import Lab
+    from da_lab.engine.lab import Lab
 
     def encode(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False)
@@ -109,7 +109,7 @@ def request_params(tokenizer, prompt, tags, max_tokens: int, da_id: str):
     extra_args); returns (params, forced output indices)."""
     from vllm import SamplingParams
 
-    from .hook.state import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
+    from da_lab.hook.state import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
 
     script = sorted([int(at), tokenizer.encode(t, add_special_tokens=False)] for at, t in tags)
     for (a, ids), (b, _) in zip(script, script[1:]):
@@ -223,9 +223,9 @@ def run(tp: int = 2, max_tokens: int = 40, model: str | None = None, eager: bool
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if runner == "v2" else "0"
     from vllm import LLM
 
-    from .gpu_tests import SCENARIOS, score
-    from .model import model_path
-    from .oracle import check, load_reference
+    from da_lab.checks.gpu_tests import SCENARIOS, score
+    from da_lab.engine.models import model_path
+    from da_lab.checks.oracle import check, load_reference
 
     path = str(model or model_path("da-tiny-v1"))
     if eager is None:
@@ -331,7 +331,7 @@ def bench_rows(llm, tok, prompt, n_tokens: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m da_lab.tp_check", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m da_lab.checks.tp_check", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tp", type=int, default=2, help="tensor_parallel_size (default 2)")
     ap.add_argument("--out", help="result JSON (default bench/results/tp<N>-<cpu|cuda>-"
@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     doc = run(args.tp, args.max_tokens, args.model, args.eager, args.threshold,
               bench_tokens=args.bench_tokens, runner=args.runner)
-    doc["command"] = "python -m da_lab.tp_check " + " ".join(
+    doc["command"] = "python -m da_lab.checks.tp_check " + " ".join(
         sys.argv[1:] if argv is None else argv)
     kind = "cpu" if doc["device"].startswith("cpu") else "cuda"
     out = Path(args.out or f"bench/results/tp{args.tp}-{kind}-{date.today().isoformat()}.json")

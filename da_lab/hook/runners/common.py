@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 
-from .state import TRACKER
+from da_lab.hook.state import TRACKER
 
 
 class DAUnsupported(RuntimeError):
@@ -43,7 +43,7 @@ def check_groups(vllm_config, kv_cache_config) -> None:
 
 def note_runner(runner, attn_groups) -> None:
     """After initialize_kv_cache: who runs, and patch every attention backend's builder."""
-    from . import metadata
+    from da_lab.hook import metadata
 
     TRACKER.runner_class = f"{type(runner).__module__}.{type(runner).__qualname__}"
     TRACKER.tokenizer_path = runner.model_config.tokenizer
@@ -79,7 +79,7 @@ def wrap_execute_model(orig):
     """The step's decision ends with its forward; the runner's seq_lens are put back."""
     @functools.wraps(orig)
     def execute_model(self, *args, **kwargs):
-        from . import metadata
+        from da_lab.hook import metadata
 
         try:
             return orig(self, *args, **kwargs)

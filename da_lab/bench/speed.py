@@ -1,7 +1,7 @@
 """Feel the speed: decode step times under GLOBAL and under FOCUS at a long context, measured
 now, on this machine, with the CPU default (or whatever engine the Lab starts).
 
-    python -m da_lab.speed [--chunk-blocks 14] [--steps 60]   -> one JSON document on stdout
+    python -m da_lab.bench.speed [--chunk-blocks 14] [--steps 60]   -> one JSON document on stdout
 
 Runs in its own process when called from a notebook (`measure()`), so the notebook's live Lab
 keeps running: vLLM allows one in-process engine per process.
@@ -17,8 +17,8 @@ import sys
 
 
 def time_modes(chunk_blocks: int = 14, steps: int = 60) -> dict:
-    from .lab import Lab
-    from .layout import build_prompt, seed_texts
+    from da_lab.engine.lab import Lab
+    from da_lab.core.layout import build_prompt, seed_texts
 
     head, chunks, tail = seed_texts()
     n_blocks = 1 + 12 * chunk_blocks + 1 + -(-steps // 32) + 2
@@ -45,7 +45,7 @@ def time_modes(chunk_blocks: int = 14, steps: int = 60) -> dict:
 def measure(chunk_blocks: int = 14, steps: int = 60) -> dict:
     """time_modes() in a fresh process (the caller may hold a live Lab)."""
     env = dict(os.environ, VLLM_LOGGING_STREAM="ext://sys.stderr")
-    out = subprocess.run([sys.executable, "-m", "da_lab.speed", "--chunk-blocks",
+    out = subprocess.run([sys.executable, "-m", "da_lab.bench.speed", "--chunk-blocks",
                           str(chunk_blocks), "--steps", str(steps)],
                          capture_output=True, text=True, env=env, timeout=900)
     if out.returncode:

@@ -8,11 +8,11 @@ version. The folder is an ordinary Hugging Face checkpoint, so vLLM and transfor
 Two embedded models, one tokenizer:
     da-tiny-v1    random weights, built here on first use (above). It writes garbage, which is
                   all the hook's mechanics need; tests that compare against it pin it by name.
-    da-tiny-tags  trained to write its own tags (`da_lab.train`, task `da_lab.task`): shipped
+    da-tiny-tags  trained to write its own tags (`da_lab.training.train`, task `da_lab.training.task`): shipped
                   in da_lab/assets/da-tiny-tags/ once its weights are there (training.json in
                   that folder records the exact command, seed, steps, loss and held-out
                   accuracy). Reproduce on one GPU (about 6 minutes on an H200):
-                      python -m da_lab.train --device cuda --seed 0 --out da-tiny-tags
+                      python -m da_lab.training.train --device cuda --seed 0 --out da-tiny-tags
 The default (`build_tiny_model()`, hence `Lab()` and the CLI) is da-tiny-tags when its weights
 are shipped, else da-tiny-v1; `model_path("da-tiny-v1")` / `model_path("da-tiny-tags")` pick one
 explicitly, and DA_LAB_MODEL (a name or a folder) overrides the default.
@@ -28,6 +28,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from da_lab import ASSETS
 
 MODEL_NAME = "da-tiny-v1"
 SEED = 20261129
@@ -93,7 +95,7 @@ WORDS = [
 ]
 
 
-ASSET_TOKENIZER = Path(__file__).parent / "assets" / "tokenizer.json"
+ASSET_TOKENIZER = ASSETS / "tokenizer.json"
 VOCAB_SIZE = 1024
 
 
@@ -165,7 +167,7 @@ def _weights(vocab_size: int) -> dict[str, np.ndarray]:
 
 def write_tokenizer_files(folder: Path, config: dict) -> None:
     """The shipped tokenizer and the generation config, as an HF checkpoint folder holds them
-    (shared by the random model and the trained one, `da_lab.train`)."""
+    (shared by the random model and the trained one, `da_lab.training.train`)."""
     tok = tokenizer_json()
     vocab = tok["model"]["vocab"]
     (folder / "generation_config.json").write_text(json.dumps(
@@ -204,7 +206,7 @@ def fingerprint(folder: Path) -> str:
 
 
 TRAINED_NAME = "da-tiny-tags"
-TRAINED_DIR = Path(__file__).parent / "assets" / TRAINED_NAME
+TRAINED_DIR = ASSETS / TRAINED_NAME
 MODEL_NAMES = (MODEL_NAME, TRAINED_NAME)
 
 
@@ -226,7 +228,7 @@ def model_path(name: str | Path | None = None) -> Path:
     if str(name) == TRAINED_NAME:
         if not trained_available():
             raise FileNotFoundError(f"{TRAINED_NAME}: no trained weights in {TRAINED_DIR} "
-                                    "(train them: python -m da_lab.train --out "
+                                    "(train them: python -m da_lab.training.train --out "
                                     f"{TRAINED_DIR})")
         return TRAINED_DIR
     return Path(name)

@@ -28,7 +28,7 @@ prompt the signal is two tokens per 430-token sample; training therefore also us
 question (given, not learned), its tag and answer, several times, each turn under exactly the
 mask the DA hook would apply. Evaluation only ever asks one question.
 
-Prompts go through `da_lab.layout.build_prompt`, so chunks are whole KV blocks (32 tokens) and
+Prompts go through `da_lab.core.layout.build_prompt`, so chunks are whole KV blocks (32 tokens) and
 the `Layout` travels to the DA hook as is. With 12 chunks a prompt is 422-427 tokens.
 
 Determinism: sample i of stream s under seed k comes from numpy's PCG64 seeded with
@@ -45,8 +45,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .layout import BLOCK_SIZE, DAPrompt, build_prompt
-from .tags import Directive, Mode, tag_text
+from da_lab import ASSETS
+from da_lab.core.layout import BLOCK_SIZE, DAPrompt, build_prompt
+from da_lab.core.tags import Directive, Mode, tag_text
 
 TRAIN, HELDOUT = 0, 1          # random streams (see the module docstring)
 EVAL_SEED = 7_000_001          # default held-out seed for `da-lab eval`
@@ -136,7 +137,7 @@ class Tokens:
         from tokenizers import Tokenizer
 
         if path is None:
-            path = Path(__file__).parent / "assets" / "tokenizer.json"
+            path = ASSETS / "tokenizer.json"
         path = Path(path)
         if path.is_dir():
             path = path / "tokenizer.json"
@@ -336,7 +337,7 @@ def first_tag(text: str, n_chunks: int | None = None):
     """(Directive or None, offset just after the first tag's '>') of a response text; the
     directive is None when the first tag is malformed or names an unknown chunk, and the
     offset is None when the text holds no tag at all."""
-    from .tags import EventKind, TagStream
+    from da_lab.core.tags import EventKind, TagStream
 
     for ev in TagStream(n_chunks=n_chunks).feed(text):
         if ev.kind is EventKind.TAG_TRAPPED:

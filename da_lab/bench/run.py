@@ -5,7 +5,7 @@
     da-lab bench --plot bench/results/bench-<run_id>.json      # the plot of an earlier run
 
 One invocation is one run (a `run_id`) measured back to back on this machine. Every (model, mode)
-is a child process (`python -m da_lab.bench_worker`) that starts one engine and measures all its
+is a child process (`python -m da_lab.bench.worker`) that starts one engine and measures all its
 contexts x batches, so a configuration never inherits another's plugin, compiled graphs or
 allocator state, and a crash costs only that configuration's rows. The modes:
 
@@ -68,7 +68,7 @@ def bench_layout(context: int, block_size: int, *, fraction: float = 0.15,
     the step's query block), so C2 and C7 are sized to make that `fraction` of all blocks; the
     other chunks share the rest evenly.
     """
-    from .layout import Layout
+    from da_lab.core.layout import Layout
 
     bs = block_size
     chunk_total = -(-context // bs) - 2
@@ -95,8 +95,8 @@ def bench_layout(context: int, block_size: int, *, fraction: float = 0.15,
 
 def kept_fraction(layout, mode: str, seq_len: int) -> float:
     """Blocks the mask keeps / all blocks, for a decode step at `seq_len` (the mask's answer)."""
-    from .mask import kept_blocks
-    from .tags import Directive, parse_tag
+    from da_lab.core.mask import kept_blocks
+    from da_lab.core.tags import Directive, parse_tag
 
     d = parse_tag(TAGS[mode], layout.n_chunks) if mode in TAGS else Directive()
     n = -(-seq_len // layout.block_size)
@@ -113,7 +113,7 @@ def kept_prompt_len(layout) -> int:
 # ---- model folders --------------------------------------------------------------------------
 
 def bench_home() -> Path:
-    from .model import lab_home
+    from da_lab.engine.models import lab_home
 
     return lab_home() / "bench_models"
 
@@ -132,7 +132,7 @@ def prepare_model(name: str, max_len: int, vocab: int = LLAMA_VOCAB) -> Path:
     raised, since the bench goes past its 8k. llama-8b-dummy: a config.json with Llama-3-8B
     shapes and the lab's tokenizer files; the engine loads it with load_format="dummy".
     """
-    from .model import build_tiny_model
+    from da_lab.engine.models import build_tiny_model
 
     tiny = build_tiny_model()
     positions = max(131072, 1 << math.ceil(math.log2(max(max_len, 2))))
@@ -264,7 +264,7 @@ class Child:
         self.log = open(self.work / "child.log", "w")
         self.t_spawn = time.time()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "da_lab.bench_worker", str(self.work / "spec.json"),
+            [sys.executable, "-m", "da_lab.bench.worker", str(self.work / "spec.json"),
              str(self.out_f)], stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.t_go = None
 

@@ -1,6 +1,6 @@
 """DA on the GPU, checked: every model x model runner x graph mode against the oracle.
 
-    python -m da_lab.gpu_tests [--out bench/results/gpu-tests-<date>.json]
+    python -m da_lab.checks.gpu_tests [--out bench/results/gpu-tests-<date>.json]
 
 needs vLLM (0.26) and a CUDA GPU; `make test` never runs it. Each case runs in its own process
 (the runner is chosen by VLLM_USE_V2_MODEL_RUNNER before vLLM starts), all cases at once on the
@@ -10,7 +10,7 @@ one GPU. A case:
   2. runs three seed-scenario requests together, the director writing
      <focus C3,C7> -> <local> -> <global>, <focus C5> alone, and <local 1>;
   3. replays each request through transformers in float32 with the hook's per-position mask
-     history (da_lab.oracle) and compares the engine's greedy tokens wherever the reference's
+     history (da_lab.checks.oracle) and compares the engine's greedy tokens wherever the reference's
      top-2 logit gap is at least --threshold (bf16 near-ties are counted, not compared).
 The unmasked reference must differ somewhere, or the case proves nothing and fails.
 Compiled mode is then compared with eager the same way (positions above the threshold).
@@ -39,10 +39,10 @@ SCENARIOS = {
 
 def model_folder(name: str) -> Path:
     if name == "tiny":
-        from .model import model_path
+        from da_lab.engine.models import model_path
 
         return model_path("da-tiny-v1")
-    from .dummy_models import build
+    from da_lab.engine.dummy_models import build
 
     return build(name)
 
@@ -52,8 +52,8 @@ def run_case(model: str, runner: str, graphs: str, max_tokens: int = 40) -> dict
     os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if runner == "v2" else "0"
     import torch
 
-    from .lab import Lab
-    from .oracle import check, load_reference
+    from da_lab.engine.lab import Lab
+    from da_lab.checks.oracle import check, load_reference
 
     path = str(model_folder(model))
     t0 = time.perf_counter()
@@ -157,7 +157,7 @@ def child(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m da_lab.gpu_tests", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m da_lab.checks.gpu_tests", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", help="result JSON (default bench/results/gpu-tests-<date>.json)")
     ap.add_argument("--models", default=",".join(MODELS))
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         f.unlink(missing_ok=True)
         log = open(raw / f"{m}-{r}-{g}.log", "w")
         procs.append((f, log, subprocess.Popen(
-            [sys.executable, "-m", "da_lab.gpu_tests", "--case", m, r, g, "--case-out", str(f)],
+            [sys.executable, "-m", "da_lab.checks.gpu_tests", "--case", m, r, g, "--case-out", str(f)],
             stdout=log, stderr=subprocess.STDOUT, env=env)))
     results = []
     for (m, r, g), (f, log, p) in zip(cases, procs):
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
     doc = {"device": torch.cuda.get_device_name(), "vllm": vllm.__version__,
            "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-           "command": "python -m da_lab.gpu_tests " + " ".join(argv or sys.argv[1:]),
+           "command": "python -m da_lab.checks.gpu_tests " + " ".join(argv or sys.argv[1:]),
            "threshold": args.threshold, "wall_s": round(time.perf_counter() - t0, 1),
            "cases": rows}
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -17,8 +17,8 @@ import functools
 
 import numpy as np
 
-from .layout import Layout
-from .tags import Directive, Mode
+from da_lab.core.layout import Layout
+from da_lab.core.tags import Directive, Mode
 
 
 def kept_blocks(directive: Directive, layout: Layout, seq_len: int, query_len: int) -> np.ndarray:

@@ -1,22 +1,22 @@
-"""Train the tiny Llama that writes its own DA tags (`python -m da_lab.train`).
+"""Train the tiny Llama that writes its own DA tags (`python -m da_lab.training.train`).
 
-The model reads a DA prompt of the task in `da_lab.task` (scaffold, 12 one-block chunks of
+The model reads a DA prompt of the task in `da_lab.training.task` (scaffold, 12 one-block chunks of
 records, a question) and writes `<focus Ck>` / `<focus Ci,Cj>` / `<local>`, the answer, </s>.
 
-    python -m da_lab.train --device cuda --seed 0 --steps 5000 --batch 128 --workers 6 \
+    python -m da_lab.training.train --device cuda --seed 0 --steps 5000 --batch 128 --workers 6 \
         --time-budget-s 380 --out da_lab/assets/da-tiny-tags     # the shipped weights
 
 The DA mask in training is the hook's, position by position. `hook_history` replays what the
 hook records for a request that writes the response (`RequestState.mask_history`: the prefill
-under GLOBAL, then one entry per decode step with `da_lab.mask.kept_blocks` of the directive in
+under GLOBAL, then one entry per decode step with `da_lab.core.mask.kept_blocks` of the directive in
 force); a tag closed at output index t applies from the step whose query is that token, i.e. to
-the prediction of output t+1 on. `da_lab.oracle.mask_matrix` turns such a history into the
+the prediction of output t+1 on. `da_lab.checks.oracle.mask_matrix` turns such a history into the
 dense mask; training builds the same matrix on the device from a compact form (`segments`: per
 row a segment, per segment the visible blocks), and tests compare it with `mask_matrix` of
 `hook_history` and with the history a real engine recorded. Loss is on response tokens only
 (in drills, only on the tokens the model writes: tags, answers, </s>).
 
-Learnability (see also `da_lab.task`): the retrievals are induction copies, which a small
+Learnability (see also `da_lab.training.task`): the retrievals are induction copies, which a small
 model finds only after a long plateau, and one question per 430-token prompt gives little
 signal. So: an adaptive curriculum (`LEVELS`: 1 chunk of 2 records first, up to 12 chunks of
 4; a level is left when its held-out probe passes, checked every --check-every steps; the LR
@@ -49,10 +49,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import task as T
-from .layout import Layout
-from .mask import kept_blocks
-from .tags import Directive, Mode
+from da_lab.training import task as T
+from da_lab.core.layout import Layout
+from da_lab.core.mask import kept_blocks
+from da_lab.core.tags import Directive, Mode
 
 MODEL_NAME = "da-tiny-tags"
 
@@ -401,7 +401,7 @@ def save(model, cfg: dict, out: Path, meta: dict) -> Path:
     import torch
     from safetensors.torch import save_file
 
-    from .model import write_tokenizer_files
+    from da_lab.engine.models import write_tokenizer_files
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -429,7 +429,7 @@ def save(model, cfg: dict, out: Path, meta: dict) -> Path:
 # ---------------------------------------------------------------------------------------------
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m da_lab.train", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m da_lab.training.train", description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=6000)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--lr", type=float, default=1e-3)
@@ -596,7 +596,7 @@ def main(argv=None) -> dict:
     wall = time.perf_counter() - t_start
     meta = {
         "model": MODEL_NAME,
-        "command": "python -m da_lab.train " + " ".join(
+        "command": "python -m da_lab.training.train " + " ".join(
             shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
         "seed": args.seed, "steps": step, "steps_planned": args.steps, "stopped_by": stopped,
         "batch": args.batch, "lr": args.lr, "chunks": args.chunks,
@@ -616,7 +616,7 @@ def main(argv=None) -> dict:
     out = save(model, cfg, Path(args.out), meta)
     goals = acc["tag_accuracy"] >= 0.95 and acc["da_answer_accuracy"] >= 0.90
     loss_txt = "n/a" if final_loss is None else f"{final_loss:.4f}"
-    print(f"da_lab.train: {step} steps in {train_s:.0f} s ({meta['steps_per_second']}/s, "
+    print(f"da_lab.training.train: {step} steps in {train_s:.0f} s ({meta['steps_per_second']}/s, "
           f"{stopped}), wall {wall:.0f} s, loss {loss_txt}, held-out n={acc['n']}: tag "
           f"{acc['tag_accuracy']:.3f}, DA answer {acc['da_answer_accuracy']:.3f}, all-blocks "
           f"answer {acc['all_blocks_answer_accuracy']:.3f} (goals tag>=0.95, DA>=0.90: "
