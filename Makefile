@@ -45,7 +45,9 @@ lab: install
 	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --ServerApp.root_dir=notebooks \
 	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
+# ruff first: a lint error fails fast, before the 15 minutes of engine and browser tests.
 test: install
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest --nbmake tests notebooks
 
 demo: install

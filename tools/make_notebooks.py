@@ -1,9 +1,15 @@
 """Write the lab's notebooks (without outputs) from the cells below: one place to edit them.
 
-    .venv/bin/python tools/make_notebooks.py
+    .venv/bin/python tools/make_notebooks.py            # (re)write notebooks/
+    .venv/bin/python tools/make_notebooks.py --check    # exit 1 if notebooks/ differs from this
+    .venv/bin/python tools/make_notebooks.py 05         # only the notebooks named 05*
+
+Cell ids are derived from the notebook and the cell's position (nbformat would draw random
+ones), so the same cells always give the same bytes and `--check` can compare files.
 """
 
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat as nbf
@@ -37,8 +43,9 @@ CLOSE = md("When you are done, `lab.shutdown()` frees the engine (restarting the
            "a new `Lab()` can then start in this same kernel.")
 
 
-# `python tools/make_notebooks.py 05` writes only the notebooks whose names start with 05.
-ONLY = tuple(sys.argv[1:])
+CHECK = "--check" in sys.argv[1:]
+ONLY = tuple(a for a in sys.argv[1:] if not a.startswith("--"))
+OUT = Path(tempfile.mkdtemp()) if CHECK else NB
 
 
 def notebook(name: str, cells: list) -> None:
@@ -46,12 +53,26 @@ def notebook(name: str, cells: list) -> None:
         return
     nb = nbf.v4.new_notebook()
     nb.cells = cells
+    for k, cell in enumerate(cells):
+        cell.id = f"{name[:2]}-{k:02d}"
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
-    nbf.write(nb, NB / name)
+    nbf.write(nb, OUT / name)
 
 
-def main() -> None:
+def check() -> int:
+    """Compare the notebooks just written to OUT with the committed ones."""
+    bad = [p.name for p in sorted(OUT.glob("*.ipynb"))
+           if not (NB / p.name).exists() or (NB / p.name).read_bytes() != p.read_bytes()]
+    extra = sorted({p.name for p in NB.glob("*.ipynb")} - {p.name for p in OUT.glob("*.ipynb")})
+    for name in bad:
+        print(f"notebooks/{name} differs from tools/make_notebooks.py's output: run it")
+    for name in extra:
+        print(f"notebooks/{name} is not written by tools/make_notebooks.py")
+    return 1 if bad or extra else 0
+
+
+def nb_tour() -> None:
     notebook("00_tour.ipynb", [
         md("# A tour of Declarative Attention inside vLLM\n\n"
            "A model steers its own attention with tags it writes: `<focus C3,C7>`, `<local>`, "
@@ -82,6 +103,8 @@ print(f"step {player.i}: mode {rec['mode']}, blocks read {rec['blocks_read']} of
            "- How a recorded run replays anywhere: the diagrams only need the trace."),
         CLOSE])
 
+
+def nb_skeleton() -> None:
     notebook("01_skeleton.ipynb", [
         md("# 1 · The model as a skeleton\n\nvLLM builds the model from a skeleton whose slots "
            "it fills at load time: the attention backend, each linear layer's LinearMethod, "
@@ -105,6 +128,8 @@ print("impl classes:", sorted({s["impl"] for s in attn}))'''),
            "- What changes in the skeleton for a sliding-window or a quantized model."),
         CLOSE])
 
+
+def nb_blocks() -> None:
     notebook("02_blocks.ipynb", [
         md("# 2 · Blocks, the block table and the physical KV cache\n\nTokens are grouped "
            "into blocks of 32. Each request has a row of logical blocks; the scheduler gives "
@@ -127,6 +152,8 @@ print("kernel read :", r["built_row"])'''),
            "on a GPU.\n- How prefix caching lets two requests own the same physical block."),
         CLOSE])
 
+
+def nb_metadata_path() -> None:
     notebook("03_metadata_path.ipynb", [
         md("# 3 · The metadata path\n\nSchedulerOutput → BlockTable (append_row, commit) → "
            "MetadataBuilder → set_forward_context → Attention → the attention impl. DA's hook "
@@ -147,6 +174,8 @@ print("seq_lens the kernel got:", m["seq_lens"], "| block table shape:", m["bloc
            "- Which values the kernel really receives at each step."),
         CLOSE])
 
+
+def nb_da_hook() -> None:
     notebook("04_da_hook.ipynb", [
         md("# 4 · The DA hook, animated\n\nThe response streams in; the tag buffer fills and "
            "traps at `>`; the GLOBAL / FOCUS / LOCAL lamps follow; the row shows which blocks "
@@ -182,6 +211,8 @@ fig.show()'''),
            "grows with context length."),
         CLOSE])
 
+
+def nb_model_writes_tags() -> None:
     notebook("05_model_writes_tags.ipynb", [
         md("# 5 · A model that writes its own tags\n\nUntil now a *director* forced the tags "
            "into the output. Here nobody does: the embedded model was trained (`python -m "
@@ -239,5 +270,13 @@ print(f"mode {r['mode']}, blocks read {r['blocks_read']} of {r['blocks_total']}"
         CLOSE])
 
 
+def main() -> None:
+    for write in (nb_tour, nb_skeleton, nb_blocks, nb_metadata_path, nb_da_hook,
+                  nb_model_writes_tags):
+        write()
+
+
 if __name__ == "__main__":
     main()
+    if CHECK:
+        sys.exit(check())

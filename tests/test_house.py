@@ -1,0 +1,128 @@
+"""House rules that keep the code legible, checked on the tracked sources: module and function
+sizes, the rooms' import boundaries (docs/architecture.md), no import cycles, and notebooks that
+are exactly what tools/make_notebooks.py writes."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 80
+
+
+def _tracked_py() -> list[Path]:
+    out = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout.split()
+    return [ROOT / f for f in out if (ROOT / f).exists()]
+
+
+def _module_name(path: Path) -> str | None:
+    rel = path.relative_to(ROOT)
+    parts = list(rel.with_suffix("").parts)
+    if parts[0] == "widgets":
+        parts = parts[1:]
+    if parts[0] not in ("da_lab", "da_lab_widgets"):
+        return None
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _imports(tree: ast.AST, module: str, is_pkg: bool) -> list[str]:
+    """Every module an import statement names (module level or inside functions)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".") if is_pkg else module.split(".")[:-1]
+                base = base[: len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.append(mod)
+            out += [f"{mod}.{a.name}" for a in node.names]
+    return out
+
+
+def test_modules_and_functions_stay_small():
+    too_long = []
+    for path in _tracked_py():
+        src = path.read_text()
+        rel = path.relative_to(ROOT)
+        n = len(src.splitlines())
+        if n > MAX_MODULE_LINES:
+            too_long.append(f"{rel}: {n} lines (max {MAX_MODULE_LINES})")
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{rel}:{node.lineno} {node.name}(): {length} lines "
+                                    f"(max {MAX_FUNCTION_LINES})")
+    assert not too_long, "split these along their concepts:\n" + "\n".join(too_long)
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = {}
+    for path in _tracked_py():
+        name = _module_name(path)
+        if name:
+            mods[name] = (path, ast.parse(path.read_text()))
+    graph = {}
+    for name, (path, tree) in mods.items():
+        targets = _imports(tree, name, path.name == "__init__.py")
+        graph[name] = {t for t in targets if t in mods and t != name}
+    return graph
+
+
+def test_rooms_keep_their_boundaries():
+    """core imports neither torch nor vLLM; only hook/ and engine/ reach into vLLM internals
+    (`from vllm import LLM` is public API); widgets never import vLLM or torch."""
+    bad = []
+    for path in _tracked_py():
+        name = _module_name(path) or str(path.relative_to(ROOT))
+        tree = ast.parse(path.read_text())
+        for mod in _imports(tree, name, path.name == "__init__.py"):
+            top = mod.split(".")[0]
+            if name.startswith("da_lab.core") and top in ("torch", "vllm", "transformers"):
+                bad.append(f"{name} imports {mod} (core imports neither torch nor vLLM)")
+            if name.startswith("da_lab_widgets") and top in ("torch", "vllm"):
+                bad.append(f"{name} imports {mod} (a diagram draws; engines live in engine/)")
+            internal = mod.startswith("vllm.") and not mod.startswith(
+                ("vllm.sampling_params", "vllm.LLM", "vllm.SamplingParams"))
+            if internal and not name.startswith(("da_lab.hook", "da_lab.engine")):
+                bad.append(f"{name} imports vLLM internals ({mod}); only hook/ and engine/ may")
+    assert not bad, "\n".join(sorted(set(bad)))
+
+
+def test_no_import_cycles():
+    graph = _graph()
+    cycles, state = [], {}
+
+    def visit(node, stack):
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            # A package importing its own submodule is how packages re-export: not a cycle.
+            if nxt.startswith(node + "."):
+                continue
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, stack)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_committed_notebooks_equal_the_generator_output():
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "make_notebooks.py"), "--check"],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
