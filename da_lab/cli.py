@@ -7,17 +7,10 @@ import json
 import os
 import sys
 
+from da_lab.engine.env import quiet_stdout as _quiet_stdout
+
 # The seed scenario's script: GLOBAL -> <focus C3,C7> -> <local> -> <global>.
 SEED_TAGS = [(4, "<focus C3,C7>"), (16, "<local>"), (28, "<global>")]
-
-
-def _quiet_stdout():
-    """Send everything written to fd 1 (vLLM's logs, C++ warnings) to stderr; return a file
-    on the real stdout for the one JSON document."""
-    real = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    return os.fdopen(real, "w")
 
 
 def demo_rows(records, rid: str) -> list[dict]:

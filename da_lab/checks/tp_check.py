@@ -32,7 +32,8 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
-from da_lab.engine.lab import engine_name as lab_engine_name
+from da_lab.engine import access
+from da_lab.engine.env import engine_name as lab_engine_name
 
 # Step-record keys that are timings, not decisions: never compared across ranks.
 VOLATILE = ("hook_us",)
@@ -44,19 +45,9 @@ def worker_log(worker=None) -> str:
     import da_lab.hook as hook
     from da_lab.hook.state import TRACKER
 
-    rank, comm = -1, ""
-    try:
-        from vllm.distributed.parallel_state import get_tp_group
+    from da_lab.engine.access import tp_rank_info
 
-        tp = get_tp_group()
-        rank = tp.rank_in_group
-        dc = tp.device_communicator
-        comm = type(dc).__name__
-        dm = getattr(dc, "dist_module", None)     # CPU: the SHM all-reduce or torch.distributed
-        if dm is not None:
-            comm += f" via {getattr(dm, '__name__', None) or type(dm).__name__}"
-    except Exception:   # noqa: BLE001 - not initialised: report -1
-        pass
+    rank, comm = tp_rank_info()
     TRACKER.settle()      # step records whose host copies were in flight (CUDA)
     # Tokens sampled at the last step reach `captured` when the next step drains them; read
     # them here without draining (the hook's state is left as it is).
@@ -126,17 +117,17 @@ def request_params(tokenizer, prompt, tags, max_tokens: int, da_id: str):
 def setup_env(tp: int, cuda: bool) -> dict:
     """Set what vLLM needs before it is imported (the caller's values win, except the two
     this check cannot run without: a multiprocess engine and collective_rpc of a function)."""
-    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           # TP needs worker processes; the engine core runs in its own process too.
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
-           # collective_rpc with a function (worker_log) is pickled with cloudpickle.
-           "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
-           "VLLM_LOGGING_STREAM": "ext://sys.stderr"}
+    from da_lab.engine.env import LOG_TO_STDERR, MULTIPROC_ENV, apply_env
+
+    # TP needs worker processes (spawned: CUDA may already be initialised here) and the engine
+    # core in its own process; collective_rpc with a function (worker_log) is pickled with
+    # cloudpickle.
+    need = {**MULTIPROC_ENV, "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+    env = dict(LOG_TO_STDERR)
     if cuda:
         env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
                    NVSHMEM_DISABLE_NVLS="1")
     else:
-        env["VLLM_CPU_KVCACHE_SPACE"] = "1"
         # vLLM's "auto" binding gives each rank its own NUMA node and asserts there are
         # enough; on a one-node machine split the allowed cores between the ranks instead.
         cpus = sorted(os.sched_getaffinity(0))
@@ -144,13 +135,7 @@ def setup_env(tp: int, cuda: bool) -> dict:
             per = len(cpus) // tp
             env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
                 ",".join(str(c) for c in cpus[r * per:(r + 1) * per]) for r in range(tp))
-    force = ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_ALLOW_INSECURE_SERIALIZATION")
-    for k, v in env.items():
-        if k in force:
-            os.environ[k] = v
-        else:
-            os.environ.setdefault(k, v)
-    return {k: os.environ[k] for k in env}
+    return apply_env({**env, **need}, force=tuple(need))
 
 
 def device_name(cuda: bool, tp: int) -> str:
@@ -256,11 +241,8 @@ def run(tp: int = 2, max_tokens: int = 40, model: str | None = None, eager: bool
                   key=lambda lg: lg["rank"])
     ranks = compare_ranks(logs, tokens)
     rows = bench_rows(llm, tok, prompt, bench_tokens) if bench_tokens else []
-    dtype = str(llm.llm_engine.vllm_config.model_config.dtype).removeprefix("torch.")
-    try:
-        llm.llm_engine.engine_core.shutdown()
-    except Exception:   # noqa: BLE001 - best effort
-        pass
+    dtype = str(access.vllm_config(llm).model_config.dtype).removeprefix("torch.")
+    access.shutdown(llm)
     del llm
 
     ref = load_reference(path, device="cuda" if cuda else "cpu")
