@@ -76,3 +76,10 @@ def tp_rank_info() -> tuple[int, str]:
         return tp.rank_in_group, comm
     except Exception:   # noqa: BLE001 - not initialised
         return -1, ""
+
+
+def kv_cache_block(block_id: int):
+    """A vLLM scheduler KV block object (KVCacheBlock), for benchmarks that stand in a pool."""
+    from vllm.v1.core.kv_cache_utils import KVCacheBlock
+
+    return KVCacheBlock(block_id)

@@ -84,34 +84,10 @@ class SkeletonDiagram:
         import plotly.graph_objects as go
 
         v, sk, prov = self.view, self.skeleton, self.provenance
-        shapes, notes, hx, hy, htext = [], [], [], [], []
+        canvas = _Canvas(v)
+        box, row = canvas.box, canvas.row
+        shapes, notes = canvas.shapes, canvas.notes
         groups_rects, attn, anchor = [], [], None
-
-        def box(x0, x1, y0, h, label, hover, fill=SLOT_FILL, dash=None, size=11):
-            shapes.append(dict(type="rect", x0=x0, x1=x1, y0=y0, y1=y0 + h, fillcolor=fill,
-                               layer="below", line=dict(color=SLOT_LINE, width=1.2, dash=dash)))
-            notes.append(dict(x=(x0 + x1) / 2, y=y0 + h / 2, text=label, showarrow=False,
-                              font=dict(size=size, color="#222"), align="center"))
-            hx.append((x0 + x1) / 2)
-            hy.append(y0 + h / 2)
-            htext.append(hover)
-            return len(shapes) - 1, len(notes) - 1
-
-        def row(items, y0):
-            """items: [(role, parts, hover)] side by side across the slot column; returns
-            (shape indices, row height)."""
-            labels = [slot_label(r, p) + ("<br><i>one instance, shared by all layers</i>"
-                                          if r in v.shared else "") for r, p, _ in items]
-            h = max(map(_lines, labels)) * LINE + 0.16
-            # Widths follow the longest text line of each box, so long class names fit.
-            need = [max(12, *(len(_plain(x)) for x in lab.split("<br>"))) for lab in labels]
-            x, idx = X0, []
-            for (_, _, hover), lab, nd in zip(items, labels, need):
-                w = (X1 - X0) * nd / sum(need)
-                idx.append(box(x + 0.04, x + w - 0.04, y0, h, lab, hover,
-                               size=10 if len(items) > 2 else 11)[0])
-                x += w
-            return idx, h
 
         y = 0.0
         h_io = 2 * LINE + 0.16
@@ -162,31 +138,7 @@ class SkeletonDiagram:
         shapes = groups_rects + shapes
         self._attn_boxes = [i + len(groups_rects) for i in attn]
 
-        cfg, comp = sk.get("config") or {}, sk.get("compilation") or {}
-        fus = [k for k, on in (comp.get("fusions") or {}).items() if on]
-        title = (f"<b>{prov.get('model_name') or sk.get('architecture')}</b>: "
-                 f"{sk.get('model_class')} as vLLM loaded it — {prov.get('vllm', '?')} on "
-                 f"{prov.get('device', '?')}, {str(sk.get('runner', '')).split('.')[-1]}")
-        caption = [
-            "Grey boxes are slots; each names what vLLM put there at load time (read from the "
-            f"loaded nn.Module). {v.num_layers} decoder layers; layers with identical slots are "
-            "drawn once, as “× N layers”.",
-        ]
-        caption += [f"Not merged: {d}." for d in v.differences]
-        if v.shared:
-            caption.append(f"{', '.join(sorted(v.shared))}: listed once, under layer 0, by "
-                           "named_modules(): one module instance serves every layer.")
-        caption.append(
-            f"config: hidden {cfg.get('hidden_size')}, heads {cfg.get('num_heads')} (kv "
-            f"{cfg.get('num_kv_heads')}), head size {cfg.get('head_size')}, dtype "
-            f"{cfg.get('dtype')}, quantization {cfg.get('quantization')}, sliding window "
-            f"{cfg.get('sliding_window')}.")
-        caption.append(
-            f"compilation: mode {comp.get('mode')}, cudagraphs {comp.get('cudagraph_mode')}, "
-            f"custom ops {comp.get('custom_ops')} → enabled "
-            f"{', '.join(comp.get('enabled_custom_ops') or []) or 'none'}; fusion passes on: "
-            f"{', '.join(fus) or 'none'}.")
-        caption = [ln for c in caption for ln in _wrap(c, 200)]
+        title, caption = _title_and_caption(sk, prov, v)
         notes.append(dict(x=0, y=0, xref="paper", yref="paper", xanchor="left",
                           yanchor="top", yshift=-12, text="<br>".join(caption),
                           showarrow=False, align="left", font=dict(size=11, color="#444")))
@@ -197,19 +149,8 @@ class SkeletonDiagram:
                           showarrow=True, arrowhead=2, arrowcolor=STEP_LINE, align="left",
                           font=dict(size=11, color=STEP_LINE), bgcolor="white",
                           bordercolor=STEP_LINE, borderwidth=1))
-        hover = go.Scatter(x=hx, y=hy, mode="markers", hoverinfo="text", hovertext=htext,
-                           marker=dict(size=30, opacity=0), showlegend=False, name="slots")
-        cap_px = 16 * len(caption) + 20
-        fig = go.FigureWidget(data=[hover])
-        fig.update_layout(
-            title=dict(text=title, x=0.01, font=dict(size=14)), shapes=shapes,
-            annotations=notes, height=int(PX * (top + 0.3)) + 50 + cap_px, width=1250,
-            plot_bgcolor="white", paper_bgcolor="white",
-            margin=dict(l=10, r=10, t=50, b=cap_px),
-            xaxis=dict(range=[-0.1, W_NOTE], visible=False, fixedrange=True),
-            yaxis=dict(range=[-0.15, top + 0.15], visible=False, fixedrange=True),
-            hoverlabel=dict(align="left", font=dict(size=11)))
-        return fig
+        return _figure(go, shapes, notes, (canvas.hx, canvas.hy, canvas.htext), title,
+                       len(caption), top)
 
     # ---- one step ------------------------------------------------------------------------
     def step_text(self, rec: dict) -> str:
@@ -278,6 +219,44 @@ class SkeletonDiagram:
         # A thread: the notebook stays responsive while the engine starts.
         self._thread = threading.Thread(target=run, daemon=True, name=f"variant-{kind}")
         self._thread.start()
+
+
+class _Canvas:
+    """The diagram's shapes and notes as they are laid out, with the invisible hover points."""
+
+    def __init__(self, view) -> None:
+        self.v = view
+        self.shapes, self.notes = [], []
+        self.hx, self.hy, self.htext = [], [], []
+
+    def box(self, x0, x1, y0, h, label, hover, fill=SLOT_FILL, dash=None, size=11):
+        self.shapes.append(dict(type="rect", x0=x0, x1=x1, y0=y0, y1=y0 + h, fillcolor=fill,
+                                layer="below",
+                                line=dict(color=SLOT_LINE, width=1.2, dash=dash)))
+        self.notes.append(dict(x=(x0 + x1) / 2, y=y0 + h / 2, text=label, showarrow=False,
+                               font=dict(size=size, color="#222"), align="center"))
+        self.hx.append((x0 + x1) / 2)
+        self.hy.append(y0 + h / 2)
+        self.htext.append(hover)
+        return len(self.shapes) - 1, len(self.notes) - 1
+
+    def row(self, items, y0):
+        """items: [(role, parts, hover)] side by side across the slot column; returns
+        (shape indices, row height)."""
+        labels = [slot_label(r, p) + ("<br><i>one instance, shared by all layers</i>"
+                                      if r in self.v.shared else "") for r, p, _ in items]
+        h = max(map(_lines, labels)) * LINE + 0.16
+        # Widths follow the longest text line of each box, so long class names fit.
+        need = [max(12, *(len(_plain(x)) for x in lab.split("<br>"))) for lab in labels]
+        x, idx = X0, []
+        for (_, _, hover), lab, nd in zip(items, labels, need):
+            w = (X1 - X0) * nd / sum(need)
+            idx.append(self.box(x + 0.04, x + w - 0.04, y0, h, lab, hover,
+                                size=10 if len(items) > 2 else 11)[0])
+            x += w
+        return idx, h
+
+
 def _wrap(text: str, width: int) -> list[str]:
     import textwrap
 
@@ -289,3 +268,51 @@ def _short(xs, n: int = 8) -> str:
         return "—"
     xs = list(xs)
     return str(xs) if len(xs) <= n else "[" + ", ".join(map(str, xs[:n])) + f", … ({len(xs)})]"
+
+
+def _title_and_caption(sk: dict, prov: dict, v) -> tuple[str, list[str]]:
+    """The figure's title and its caption lines (what vLLM loaded, config, compilation)."""
+    cfg, comp = sk.get("config") or {}, sk.get("compilation") or {}
+    fus = [k for k, on in (comp.get("fusions") or {}).items() if on]
+    title = (f"<b>{prov.get('model_name') or sk.get('architecture')}</b>: "
+             f"{sk.get('model_class')} as vLLM loaded it — {prov.get('vllm', '?')} on "
+             f"{prov.get('device', '?')}, {str(sk.get('runner', '')).split('.')[-1]}")
+    caption = [
+        "Grey boxes are slots; each names what vLLM put there at load time (read from the "
+        f"loaded nn.Module). {v.num_layers} decoder layers; layers with identical slots are "
+        "drawn once, as “× N layers”.",
+    ]
+    caption += [f"Not merged: {d}." for d in v.differences]
+    if v.shared:
+        caption.append(f"{', '.join(sorted(v.shared))}: listed once, under layer 0, by "
+                       "named_modules(): one module instance serves every layer.")
+    caption.append(
+        f"config: hidden {cfg.get('hidden_size')}, heads {cfg.get('num_heads')} (kv "
+        f"{cfg.get('num_kv_heads')}), head size {cfg.get('head_size')}, dtype "
+        f"{cfg.get('dtype')}, quantization {cfg.get('quantization')}, sliding window "
+        f"{cfg.get('sliding_window')}.")
+    caption.append(
+        f"compilation: mode {comp.get('mode')}, cudagraphs {comp.get('cudagraph_mode')}, "
+        f"custom ops {comp.get('custom_ops')} → enabled "
+        f"{', '.join(comp.get('enabled_custom_ops') or []) or 'none'}; fusion passes on: "
+        f"{', '.join(fus) or 'none'}.")
+    caption = [ln for c in caption for ln in _wrap(c, 200)]
+    return title, caption
+
+
+def _figure(go, shapes, notes, hovers, title: str, n_caption: int, top: float):
+    """The FigureWidget: invisible hover markers on the slot boxes, the shapes and notes."""
+    hx, hy, htext = hovers
+    hover = go.Scatter(x=hx, y=hy, mode="markers", hoverinfo="text", hovertext=htext,
+                       marker=dict(size=30, opacity=0), showlegend=False, name="slots")
+    cap_px = 16 * n_caption + 20
+    fig = go.FigureWidget(data=[hover])
+    fig.update_layout(
+        title=dict(text=title, x=0.01, font=dict(size=14)), shapes=shapes,
+        annotations=notes, height=int(PX * (top + 0.3)) + 50 + cap_px, width=1250,
+        plot_bgcolor="white", paper_bgcolor="white",
+        margin=dict(l=10, r=10, t=50, b=cap_px),
+        xaxis=dict(range=[-0.1, W_NOTE], visible=False, fixedrange=True),
+        yaxis=dict(range=[-0.15, top + 0.15], visible=False, fixedrange=True),
+        hoverlabel=dict(align="left", font=dict(size=11)))
+    return fig
