@@ -11,13 +11,14 @@ builder-side metadata rewrite and (b) incremental detokenize + tag state machine
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")   # before vLLM is imported
+from da_lab.engine.env import LOG_TO_STDERR, apply_env
+
+apply_env(LOG_TO_STDERR)          # before vLLM is imported
 
 STOCK = r"""
 import json, os, sys, time

@@ -14,7 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+from da_lab.engine.env import LOG_TO_STDERR, apply_env
+
+apply_env(LOG_TO_STDERR)          # before vLLM is imported
 
 
 def main():

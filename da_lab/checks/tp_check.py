@@ -196,6 +196,40 @@ def compare_ranks(logs: list[dict], engine_tokens: dict[str, list[int]]) -> dict
 
 
 # ---- the run ---------------------------------------------------------------------------------
+ROWS_NOTE = ("decode tokens/s, FOCUS vs GLOBAL, one request at a time at the seed prompt's "
+             "~0.8k context: on CPU TP=2 the step time is Python/IPC overhead, not attention; "
+             "the 64k-context comparison is GPU-only")
+NO_ROWS_NOTE = ("no speed rows: the FOCUS vs GLOBAL decode tokens/s comparison is GPU-only (64k "
+                "context); pass --bench-tokens N for a small local one")
+
+
+def against_reference(path: str, prompt, tokens: dict, forced: dict, hist0: dict,
+                      cuda: bool) -> tuple[dict, list[str]]:
+    """Each request replayed through the float32 oracle with rank 0's mask history: the case
+    gpu_tests.score() reads, and every position (near-ties too) where the engine differs."""
+    from da_lab.checks.oracle import check, load_reference
+
+    ref = load_reference(path, device="cuda" if cuda else "cpu")
+    case = {"runner": "v1", "runner_ran": "v1", "requests": {}}
+    strict = []
+    for n, toks in tokens.items():
+        h = [(a, b, None if k is None else tuple(k)) for a, b, k in hist0[n]["mask_history"]]
+        res = check(ref, prompt.token_ids, toks, h, prompt.layout.block_size, forced[n])
+        case["requests"][n] = {
+            "tokens": toks, "forced": sorted(forced[n]), "ref_masked": res.masked_tokens,
+            "ref_unmasked": res.unmasked_tokens, "gap": res.top2_gap,
+            "masked_steps": sum(k is not None for _, _, k in h)}
+        strict += [f"{n}@{i}" for i in res.mismatches_masked]
+    return case, strict
+
+
+def rank_rows(logs: list[dict]) -> list[dict]:
+    return [{"rank": lg["rank"], "pid": lg["pid"], "hook_installed": lg["hook_installed"],
+             "tp_communicator": lg["tp_communicator"], "runner_class": lg["runner_class"],
+             "backend": lg["backend"], "device": lg["device"], "step_records": len(lg["steps"]),
+             "warnings": lg["warnings"]} for lg in logs]
+
+
 def run(tp: int = 2, max_tokens: int = 40, model: str | None = None, eager: bool | None = None,
         threshold: float = 0.25, num_blocks: int = 160, bench_tokens: int = 0,
         runner: str | None = None) -> dict:
@@ -210,7 +244,6 @@ def run(tp: int = 2, max_tokens: int = 40, model: str | None = None, eager: bool
 
     from da_lab.checks.gpu_tests import SCENARIOS, score
     from da_lab.engine.models import model_path
-    from da_lab.checks.oracle import check, load_reference
 
     path = str(model or model_path("da-tiny-v1"))
     if eager is None:
@@ -245,18 +278,7 @@ def run(tp: int = 2, max_tokens: int = 40, model: str | None = None, eager: bool
     access.shutdown(llm)
     del llm
 
-    ref = load_reference(path, device="cuda" if cuda else "cpu")
-    hist0 = logs[0]["requests"]
-    case = {"runner": "v1", "runner_ran": "v1", "requests": {}}
-    strict = []
-    for n in names:
-        h = [(a, b, None if k is None else tuple(k)) for a, b, k in hist0[n]["mask_history"]]
-        res = check(ref, prompt.token_ids, tokens[n], h, prompt.layout.block_size, forced[n])
-        case["requests"][n] = {
-            "tokens": tokens[n], "forced": sorted(forced[n]), "ref_masked": res.masked_tokens,
-            "ref_unmasked": res.unmasked_tokens, "gap": res.top2_gap,
-            "masked_steps": sum(k is not None for _, _, k in h)}
-        strict += [f"{n}@{i}" for i in res.mismatches_masked]
+    case, strict = against_reference(path, prompt, tokens, forced, logs[0]["requests"], cuda)
     sc = score(case, threshold)
     float32 = dtype == "float32"
     match = sc["mismatches"] == 0 and sc["tokens_compared"] > 0 and (not float32 or not strict)
@@ -276,22 +298,14 @@ def run(tp: int = 2, max_tokens: int = 40, model: str | None = None, eager: bool
         "strict_positions_compared": sum(len(t) - len(forced[n]) for n, t in tokens.items()),
         "strict_mismatches": len(strict), "strict_mismatch_at": strict[:20],
         "unmasked_reference_differs_at": sc["unmasked_reference_differs_at"],
-        "ranks": [{"rank": lg["rank"], "pid": lg["pid"], "hook_installed": lg["hook_installed"],
-                   "tp_communicator": lg["tp_communicator"], "runner_class": lg["runner_class"],
-                   "backend": lg["backend"],
-                   "device": lg["device"], "step_records": len(lg["steps"]),
-                   "warnings": lg["warnings"]} for lg in logs],
+        "ranks": rank_rows(logs),
         "driver_pid": os.getpid(),
         "scenarios": {n: [list(t) for t in SCENARIOS[n]] for n in names},
         "max_tokens": max_tokens, "compared_fields": ranks["compared_fields"],
         "env": env, "engine_start_s": round(start_s, 1), "generate_s": round(gen_s, 2),
         "wall_s": round(time.perf_counter() - t_all, 1),
         "rows": rows,
-        "rows_note": ("decode tokens/s, FOCUS vs GLOBAL, one request at a time at the seed "
-                      "prompt's ~0.8k context: on CPU TP=2 the step time is Python/IPC "
-                      "overhead, not attention; the 64k-context comparison is GPU-only")
-        if rows else ("no speed rows: the FOCUS vs GLOBAL decode tokens/s comparison is "
-                      "GPU-only (64k context); pass --bench-tokens N for a small local one"),
+        "rows_note": ROWS_NOTE if rows else NO_ROWS_NOTE,
     }
 
 
