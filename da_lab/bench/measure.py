@@ -78,8 +78,8 @@ class Measuring:
 
     def _add_requests(self, context: int, batch: int, layout, length: int) -> list[str]:
         from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
 
+        from da_lab.engine.access import output_kind
         from da_lab.hook.state import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
 
         mode = self.spec["mode"]
@@ -95,7 +95,7 @@ class Measuring:
                 if tag:
                     extra[EXTRA_DIRECTOR] = [[0, list(tag)]]
             params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
-                                    detokenize=False, output_kind=RequestOutputKind.DELTA,
+                                    detokenize=False, output_kind=output_kind("DELTA"),
                                     extra_args=extra)
             self.engine.add_request(rid, {"prompt_token_ids": ids}, params)
             if self.recorder is not None:

@@ -20,9 +20,9 @@ one has exited, unless --overlap-import asks otherwise. The modes:
 
 Per row: decode tokens/s over `--repeats` (default 3) back-to-back windows of `--decode-steps`
 pure decode steps each (prefill and the director's tag steps excluded; the median is the row's
-figure, min/max/stdev beside it), attention time per step from torch.profiler over a few more steps, the fraction
-of KV blocks the kernel was given (read back from the hook's step records), and the ideal
-speedup from bytes read per decode step. This module needs neither vLLM nor torch at import; the
+figure, min/max/stdev beside it), attention time per step from torch.profiler over a few
+more steps, the fraction of KV blocks the kernel was given (read back from the hook's step
+records), and the ideal speedup from bytes read per decode step. This module needs neither vLLM nor torch at import; the
 children do the measuring.
 """
 

@@ -2,8 +2,8 @@
 
     python -m da_lab.bench.worker SPEC.json OUT.json
 
-The parent (da_lab/bench/run.py, through da_lab.engine.child) sets the environment before this process imports vLLM:
-VLLM_PLUGINS=none for the stock modes (so the da_lab plugin is never loaded),
+The parent (da_lab/bench/run.py, through da_lab.engine.child) sets the environment before
+this process imports vLLM: VLLM_PLUGINS=none for the stock modes (so the da_lab plugin is never loaded),
 VLLM_USE_V2_MODEL_RUNNER, VLLM_ENABLE_V1_MULTIPROCESSING=0 (engine in this process, so
 `llm_engine.step()` is one engine step and the hook's tracker is readable here). OUT.json is
 rewritten after every row, so rows measured before a crash survive it.

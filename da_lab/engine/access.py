@@ -83,3 +83,11 @@ def kv_cache_block(block_id: int):
     from vllm.v1.core.kv_cache_utils import KVCacheBlock
 
     return KVCacheBlock(block_id)
+
+
+def output_kind(name: str):
+    """vLLM's RequestOutputKind by name ("DELTA", "FINAL_ONLY", "CUMULATIVE"): what a request's
+    outputs carry at each step (not exported at vLLM's top level)."""
+    from vllm.sampling_params import RequestOutputKind
+
+    return RequestOutputKind[name]

@@ -48,8 +48,8 @@ def answer_text(text: str, n_chunks: int) -> tuple[object, str]:
 def _run_wave(lab, samples: list, da: bool, max_tokens: int, tag: str) -> tuple[list[str], list]:
     """Generate every sample greedily until </s>; return texts and per-request hook rows."""
     from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind
 
+    from da_lab.engine.access import output_kind
     from da_lab.hook.state import EXTRA_ID, EXTRA_LAYOUT
 
     ids = []
@@ -57,7 +57,7 @@ def _run_wave(lab, samples: list, da: bool, max_tokens: int, tag: str) -> tuple[
         rid = f"eval-{tag}-{'da' if da else 'all'}-{i}-{time.perf_counter_ns()}"
         extra = {EXTRA_ID: rid, EXTRA_LAYOUT: s.prompt.layout.to_dict()} if da else None
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens,
-                                output_kind=RequestOutputKind.FINAL_ONLY, extra_args=extra)
+                                output_kind=output_kind("FINAL_ONLY"), extra_args=extra)
         lab.engine.add_request(rid, {"prompt_token_ids": s.prompt.token_ids}, params)
         ids.append(rid)
     texts: dict[str, str] = {}
