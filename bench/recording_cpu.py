@@ -3,16 +3,18 @@ row (batch 64, 8k context, block size 16: rows of ~514 blocks; 33k KV blocks in 
 without an engine. vLLM's own scheduler objects (KVCacheBlock) stand in the pool; the DA
 tracker, StepRecord and the trace writers are the real ones.
 
-    .venv/bin/python bench/recording_cpu.py [--steps 64] [--format parquet]
+    .venv/bin/python bench/recording_cpu.py [--steps 512] [--format parquet]
 
 Per decode step, in ms, each piece old way vs new way:
   kv      kvmap.snapshot + diff (whole pool)      vs  KVTracker.update (changed blocks only)
   hook    Tracker.rewrite with record_rows on, minus off (the rows' cost; old: lists)
   write   StepRecord.to_dict + TraceWriter.write  vs  raw() + ProcessTraceWriter.write
           (in this thread; the new writer's child process does the encoding meanwhile)
-Rows grow by one block every 16 steps, as in decode. The engine itself is not simulated. The
-child process's pace per record is printed last: it must stay below the engine's step time,
-or write() waits for it (bounded queue).
+Rows grow by one block every 16 steps, as in decode. The engine itself is not simulated. At
+least 512 steps are timed, so the writer's bounded queue (16 records) fills many times over and
+a writer slower than the loop shows in write(). The writer child's own pace (ms per record:
+from the first write until the file is closed, / records) is printed beside the engine-thread
+cost: it must stay below the engine's step time, or write() waits for it.
 """
 
 from __future__ import annotations
@@ -29,23 +31,27 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from da_lab.bench.run import bench_layout  # noqa: E402
-from da_lab.engine import kvmap  # noqa: E402
+from da_lab.bench.plan import bench_layout  # noqa: E402
+from da_lab.engine import access, kvmap  # noqa: E402
+from da_lab.engine.lab import step_record  # noqa: E402
 from da_lab.hook.state import EXTRA_ID, EXTRA_LAYOUT, Tracker  # noqa: E402
-from da_lab.engine.lab import StepRecord, step_record  # noqa: E402
 from da_lab.trace import TraceWriter, load  # noqa: E402
 from da_lab.trace.process import ProcessTraceWriter  # noqa: E402
 
-BATCH, CONTEXT, BS, POOL = 64, 8192, 16, 33_000
+BATCH, CONTEXT, BS = 64, 8192, 16
+MIN_STEPS = 512
+
+
+def pool_size(steps: int) -> int:
+    """At least the H200 row's 33k blocks, and room for every request's growth."""
+    return max(33_000, 1 + BATCH * (-(-(CONTEXT + steps) // BS) + 1))
 
 
 class FakeEngine:
     """The scheduler-side objects kvmap reads, holding BATCH decoding requests."""
 
-    def __init__(self, layout) -> None:
-        from vllm.v1.core.kv_cache_utils import KVCacheBlock
-
-        self.blocks = [KVCacheBlock(i) for i in range(POOL)]
+    def __init__(self, layout, pool: int) -> None:
+        self.blocks = [access.kv_cache_block(i) for i in range(pool)]
         self.blocks[0].is_null = True
         self.next = 1
         self.lists: dict[str, list] = {}
@@ -100,85 +106,104 @@ def hook_step(tracker: Tracker, eng: FakeEngine, seq_len: int, first: bool, list
     return time.perf_counter() - t0
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=64)
-    ap.add_argument("--format", default="parquet", choices=("parquet", "jsonl.gz"))
-    args = ap.parse_args()
-    layout = bench_layout(CONTEXT, BS, response_tokens=args.steps)
-    out = Path(tempfile.mkdtemp(prefix="rec-bench-"))
-    res: dict[str, list[float]] = {}
-
+def run_way(way: str, layout, steps: int, fmt: str, out: Path, res: dict) -> list:
+    """`steps` decode steps recorded the old way (lists, in-thread writer) or the new one
+    (arrays, child-process writer); per-piece times into `res` (ms); the new way's records."""
     def add(k, v):
         res.setdefault(k, []).append(v * 1e3)
 
-    for way in ("old", "new"):
-        eng = FakeEngine(layout)
-        tracker = Tracker()
-        tracker_off = Tracker()
-        tracker_off.record_rows = False
-        prev = kvmap.snapshot(eng)
-        kv = kvmap.KVTracker(eng)
-        header = {"provenance": {"bench": "recording_cpu"}}
-        path = out / f"{way}.{args.format}"
-        writer = (TraceWriter if way == "old" else ProcessTraceWriter)(path, header)
-        live = []
-        t_all = time.perf_counter()
-        for s in range(args.steps):
-            seq_len = CONTEXT + s + 1
-            eng.decode_step(seq_len)
-            add(f"hook rows {way}", hook_step(tracker, eng, seq_len, s == 0, way == "old")
-                - hook_step(tracker_off, eng, seq_len, s == 0, False))
-            t0 = time.perf_counter()
-            rec = step_record(s, 0.02, tracker.reset_log(), [], [])
-            if way == "old":
-                snap = kvmap.snapshot(eng)
-                rec.kv = kvmap.diff(prev, snap)
-                prev = snap
-            else:
-                rec.kv = kv.update()
-            t1 = time.perf_counter()
-            if way == "old":
-                writer.write(rec.to_dict())
-            else:
-                writer.write(rec.raw())
-            t2 = time.perf_counter()
-            tracker_off.reset_log()
-            add(f"kv+record {way}", t1 - t0)
-            add(f"write {way}", t2 - t1)
-            if way == "new":
-                live.append((rec, rec.raw()))
-        t_close = time.perf_counter()
-        writer.close()
-        res[f"close {way}"] = [(time.perf_counter() - t_close) * 1e3]
-        res[f"total {way}"] = [(time.perf_counter() - t_all) * 1e3 / args.steps]
-    # The two files hold the same records.
-    def same(records):      # everything but the measured times
-        return [{k: v for k, v in r.items() if k not in ("hook_us", "wall_s")} for r in records]
+    eng = FakeEngine(layout, pool_size(steps))
+    tracker, tracker_off = Tracker(), Tracker()
+    tracker_off.record_rows = False
+    prev = kvmap.snapshot(eng)
+    kv = kvmap.KVTracker(eng)
+    path = out / f"{way}.{fmt}"
+    writer = (TraceWriter if way == "old" else ProcessTraceWriter)(
+        path, {"provenance": {"bench": "recording_cpu"}})
+    live = []
+    t_all = time.perf_counter()
+    t_first = None
+    for s in range(steps):
+        seq_len = CONTEXT + s + 1
+        eng.decode_step(seq_len)
+        add(f"hook rows {way}", hook_step(tracker, eng, seq_len, s == 0, way == "old")
+            - hook_step(tracker_off, eng, seq_len, s == 0, False))
+        t0 = time.perf_counter()
+        rec = step_record(s, 0.02, tracker.reset_log(), [], [])
+        if way == "old":
+            snap = kvmap.snapshot(eng)
+            rec.kv = kvmap.diff(prev, snap)
+            prev = snap
+        else:
+            rec.kv = kv.update()
+        t1 = time.perf_counter()
+        t_first = t_first or t1
+        writer.write(rec.to_dict() if way == "old" else rec.raw())
+        t2 = time.perf_counter()
+        tracker_off.reset_log()
+        add(f"kv+record {way}", t1 - t0)
+        add(f"write {way}", t2 - t1)
+        if way == "new":
+            live.append((rec, rec.raw()))
+    t_close = time.perf_counter()
+    writer.close()
+    t_end = time.perf_counter()
+    res[f"close {way}"] = [(t_end - t_close) * 1e3]
+    res[f"total {way}"] = [(t_end - t_all) * 1e3 / steps]
+    # The writer's pace over the run: first write until its file is closed, per record.
+    res[f"writer pace {way}"] = [(t_end - t_first) * 1e3 / steps]
+    return live
 
-    old, new = load(out / f"old.{args.format}"), load(out / f"new.{args.format}")
-    assert same(old.records) == same(new.records) == same(r.to_dict() for r, _ in live)
-    print(f"batch {BATCH}, context {CONTEXT}, block size {BS}, pool {POOL} blocks, "
-          f"{args.steps} decode steps, {args.format}; ms per step (mean / max):")
-    for k, v in res.items():
-        print(f"  {k:18s} {np.mean(v):8.3f} {np.max(v):8.3f}")
-    per_step = {w: np.mean(res[f"hook rows {w}"]) + np.mean(res[f"kv+record {w}"])
-                + np.mean(res[f"write {w}"]) for w in ("old", "new")}
-    print(f"engine-thread recording cost per step: old {per_step['old']:.2f} ms, "
-          f"new {per_step['new']:.2f} ms ({per_step['old'] / per_step['new']:.0f}x less); "
-          f"new writer close (flush) {res['close new'][0]:.0f} ms")
-    # The child's own pace: every record at once, then close (it must stay below the
-    # engine's step time, or write() waits for it).
+
+def child_pace(live: list, fmt: str, out: Path) -> dict:
+    """The child's own pace with nothing else running: every record at once, then close."""
     t0 = time.perf_counter()
-    with ProcessTraceWriter(out / f"pace.{args.format}", {"provenance": {}}) as w:
+    with ProcessTraceWriter(out / f"pace.{fmt}", {"provenance": {}}) as w:
         t1 = time.perf_counter()
         for _, raw in live:
             w.write(raw)
         t2 = time.perf_counter()
     t3 = time.perf_counter()
-    print(f"child process: start {t1 - t0:.2f} s; {len(live)} records written and the file "
-          f"closed in {t3 - t1:.2f} s ({(t3 - t1) / len(live) * 1e3:.1f} ms per record; "
-          f"write() calls {(t2 - t1) / len(live) * 1e3:.1f} ms each)")
+    return {"start_s": t1 - t0, "records": len(live), "all_s": t3 - t1,
+            "ms_per_record": (t3 - t1) / len(live) * 1e3,
+            "write_call_ms": (t2 - t1) / len(live) * 1e3}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=MIN_STEPS,
+                    help=f"decode steps timed per way (default and minimum {MIN_STEPS})")
+    ap.add_argument("--format", default="parquet", choices=("parquet", "jsonl.gz"))
+    args = ap.parse_args()
+    if args.steps < MIN_STEPS:
+        raise SystemExit(f"--steps must be at least {MIN_STEPS}: fewer steps leave the "
+                         "writer's 16-record queue unfilled and hide its pace")
+    layout = bench_layout(CONTEXT, BS, response_tokens=args.steps)
+    out = Path(tempfile.mkdtemp(prefix="rec-bench-"))
+    res: dict[str, list[float]] = {}
+    run_way("old", layout, args.steps, args.format, out, res)
+    live = run_way("new", layout, args.steps, args.format, out, res)
+
+    def same(records):      # everything but the measured times
+        return [{k: v for k, v in r.items() if k not in ("hook_us", "wall_s")} for r in records]
+
+    old, new = load(out / f"old.{args.format}"), load(out / f"new.{args.format}")
+    assert same(old.records) == same(new.records) == same(r.to_dict() for r, _ in live)
+    print(f"batch {BATCH}, context {CONTEXT}, block size {BS}, pool {pool_size(args.steps)} "
+          f"blocks, {args.steps} decode steps, {args.format}; ms per step (mean / max):")
+    for k, v in res.items():
+        print(f"  {k:18s} {np.mean(v):8.3f} {np.max(v):8.3f}")
+    per_step = {w: np.mean(res[f"hook rows {w}"]) + np.mean(res[f"kv+record {w}"])
+                + np.mean(res[f"write {w}"]) for w in ("old", "new")}
+    pace = child_pace(live, args.format, out)
+    print(f"engine-thread recording cost per step: old {per_step['old']:.2f} ms, "
+          f"new {per_step['new']:.2f} ms ({per_step['old'] / per_step['new']:.0f}x less); "
+          f"beside it the writer child's pace: {res['writer pace new'][0]:.2f} ms per record "
+          f"during the run, {pace['ms_per_record']:.2f} ms per record alone; new writer close "
+          f"(flush) {res['close new'][0]:.0f} ms")
+    print(f"child process alone: start {pace['start_s']:.2f} s; {pace['records']} records "
+          f"written and the file closed in {pace['all_s']:.2f} s ({pace['ms_per_record']:.1f} "
+          f"ms per record; write() calls {pace['write_call_ms']:.1f} ms each)")
     for p in out.iterdir():
         os.unlink(p)
     out.rmdir()

@@ -7,17 +7,10 @@ import json
 import os
 import sys
 
+from da_lab.engine.env import quiet_stdout as _quiet_stdout
+
 # The seed scenario's script: GLOBAL -> <focus C3,C7> -> <local> -> <global>.
 SEED_TAGS = [(4, "<focus C3,C7>"), (16, "<local>"), (28, "<global>")]
-
-
-def _quiet_stdout():
-    """Send everything written to fd 1 (vLLM's logs, C++ warnings) to stderr; return a file
-    on the real stdout for the one JSON document."""
-    real = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    return os.fdopen(real, "w")
 
 
 def demo_rows(records, rid: str) -> list[dict]:
@@ -120,18 +113,27 @@ def cmd_export(args) -> int:
 def cmd_eval(args) -> int:
     """Held-out tag / answer accuracy of a model that writes its own tags (da_lab.training.evaluate)."""
     out = _quiet_stdout() if args.json else sys.stdout
-    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    from da_lab.training.evaluate import KEYS, run_eval, table
-    from da_lab.engine.lab import apply_env
+    from da_lab.engine.env import LOG_TO_STDERR, apply_env
+    from da_lab.training.evaluate import document, run_eval, table
 
-    apply_env()
+    apply_env(LOG_TO_STDERR)
+    if args.out and os.path.isdir(args.out):
+        print(f"da-lab: --out {args.out} is a folder; give a file name", file=sys.stderr)
+        return 2
     try:
         res = run_eval(args.n, args.model, seed=args.seed, progress=not args.json)
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         print(f"da-lab: {e}", file=sys.stderr)
         return 2
+    doc = document(res, "da-lab " + " ".join(sys.argv[1:] if args.argv is None else args.argv))
+    if args.out:
+        from pathlib import Path
+
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {args.out}", file=sys.stderr)
     if args.json:
-        out.write(json.dumps({k: res[k] for k in KEYS}) + "\n")
+        out.write(json.dumps(doc) + "\n")
         out.flush()
     else:
         print(table(res))
@@ -177,8 +179,10 @@ def main(argv: list[str] | None = None) -> int:
                                     "default model)")
     ev.add_argument("--seed", type=int, default=None, help="held-out seed (default: "
                                                            "da_lab.training.task.EVAL_SEED)")
-    ev.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    ev.set_defaults(fn=cmd_eval)
+    ev.add_argument("--json", action="store_true", help="the whole eval document (provenance, "
+                                                      "summary, per-prompt rows) on stdout")
+    ev.add_argument("--out", metavar="FILE", help="also write that document to FILE")
+    ev.set_defaults(fn=cmd_eval, argv=argv)
     args = ap.parse_args(argv)
     return args.fn(args)
 

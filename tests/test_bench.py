@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
+from da_lab.bench.report import check_overlap, spread
 from da_lab.bench.run import (TAGS, bench_layout, ideal_speedup, kept_fraction, kept_prompt_len,
-                          ratios)
+                              ratios)
 
 ROW_KEYS = {"model", "context", "batch", "mode", "kept_block_fraction", "decode_tok_s",
             "attn_ms_per_step", "ideal_speedup"}
@@ -59,7 +60,7 @@ def run(tmp_path_factory, tiny_model):
     cmd = [sys.executable, "-m", "da_lab.cli", "bench", "--models", "tiny",
            "--modes", "stock,global,focus", "--contexts", "1024", "--batches", "1,2",
            "--decode-steps", "4", "--warmup-steps", "2", "--profile-steps", "1",
-           "--overlap-import", "--no-plot", "--out", str(out)]
+           "--no-plot", "--out", str(out)]          # default: 3 repeats, no import overlap
     env = dict(os.environ, VLLM_LOGGING_STREAM="ext://sys.stderr")
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -77,7 +78,12 @@ def test_bench_run_schema_and_rows(run):
     for r in doc["rows"]:
         assert ROW_KEYS <= set(r) and r["model"] == "tiny"
         assert not r.get("error") and not r.get("skipped"), r
-        assert r["decode_tok_s"] > 0 and r["tokens"] == r["batch"] * r["steps"]
+        assert r["repeats"] == 3 and len(r["decode_tok_s_repeats"]) == 3
+        assert r["tokens"] == r["batch"] * r["steps"] * r["repeats"]
+        sp = r["decode_tok_s_spread"]
+        assert 0 < sp["min"] <= r["decode_tok_s"] == sp["median"] <= sp["max"]
+        assert sp["min"] == min(r["decode_tok_s_repeats"]) and sp["stdev"] >= 0
+        assert "overlapped" not in (r.get("note") or "")
         assert r["attn_ms_per_step"] and r["attn_ms_per_step"] > 0
         assert any("cpu_attention" in k for k in r["attn_kernels"])
     by = {(r["mode"], r["batch"]): r for r in doc["rows"]}
@@ -86,7 +92,7 @@ def test_bench_run_schema_and_rows(run):
         assert g["kept_block_fraction"] == 1.0 and s["kept_block_fraction"] == 1.0
         assert g["ideal_speedup"] == s["ideal_speedup"] == 1.0
         # FOCUS: the hook's own step records, and they agree with the mask's answer
-        assert f["kept_source"] == "hook" and f["hook_steps"] == f["steps"]
+        assert f["kept_source"] == "hook" and f["hook_steps"] == f["steps"] * f["repeats"]
         assert abs(f["kept_block_fraction"] - f["kept_block_fraction_expected"]) < 0.02
         assert abs(f["kept_block_fraction"] - 0.15) < 0.04
         assert f["kept_block_fraction"] < g["kept_block_fraction"]
@@ -94,6 +100,68 @@ def test_bench_run_schema_and_rows(run):
     (r1, r2) = sorted(doc["ratios"], key=lambda x: x["batch"])
     assert r1["focus/global"] > 0 and r1["global/stock"] > 0
     assert "focus/global" in p.stdout          # the summary table went to stdout
+
+
+def test_bench_children_never_import_during_a_timed_window(run):
+    """By default the next child starts only after the current one exited: its vLLM import
+    begins after the current child's last timed window ended."""
+    _, doc, p = run
+    assert doc["settings"]["overlap_import"] is False and doc["settings"]["repeats"] == 3
+    kids = doc["children"]
+    assert len(kids) == 3
+    for k, nk in zip(kids, kids[1:]):
+        assert k["t_first_window"] <= k["t_last_window_end"]
+        assert nk["t_imported"] - nk["import_s"] > k["t_last_window_end"]
+        assert not k.get("import_overlapped_measurement")
+    assert "min..max (n)" in p.stdout
+
+
+def _doc_with_children(overlap: bool, t_imported_next: float) -> dict:
+    rows = [{"model": "m", "mode": a, "context": 1, "batch": 1, "decode_tok_s": 1.0}
+            for a in ("stock", "focus")]
+    return {"settings": {"overlap_import": overlap}, "rows": rows,
+            "children": [{"model": "m", "mode": "stock", "t_first_window": 100.0,
+                          "t_imported": 50.0},
+                         {"model": "m", "mode": "focus", "t_first_window": 200.0,
+                          "t_imported": t_imported_next}]}
+
+
+def test_overlap_check_flags_only_an_import_that_ran_into_the_timed_steps():
+    late = _doc_with_children(True, 120.0)       # import finished after stock's window began
+    check_overlap(late)
+    stock, focus = late["rows"]
+    assert "overlapped the timed steps" in stock["note"] and "note" not in focus
+    assert late["children"][0]["import_overlapped_measurement"] is True
+    early = _doc_with_children(True, 90.0)       # import done before the window: no note
+    check_overlap(early)
+    assert not any("note" in r for r in early["rows"])
+    off = _doc_with_children(False, 120.0)       # without --overlap-import nothing is flagged
+    check_overlap(off)
+    assert not any("note" in r for r in off["rows"])
+
+
+def test_spread_of_the_repeats():
+    assert spread([3.0, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "stdev": 1.0}
+    assert spread([5.0]) == {"median": 5.0, "min": 5.0, "max": 5.0, "stdev": 0.0}
+    assert spread([])["median"] is None
+
+
+def test_bench_defaults_are_three_repeats_without_overlap():
+    import argparse
+
+    from da_lab.bench.run import _settings, add_arguments
+
+    ap = argparse.ArgumentParser()
+    add_arguments(ap)
+    args = ap.parse_args(["--models", "tiny", "--contexts", "1024", "--batches", "1"])
+    settings, _ = _settings(args)
+    assert settings["repeats"] == 3 and settings["overlap_import"] is False
+    # the engine's room covers every repeat of every batch's window
+    more, _ = _settings(ap.parse_args(["--models", "tiny", "--contexts", "1024",
+                                       "--batches", "1", "--repeats", "6"]))
+    assert more["max_model_len"] >= settings["max_model_len"] + 3 * settings["decode_steps"]
+    with pytest.raises(SystemExit, match="--repeats"):
+        _settings(ap.parse_args(["--repeats", "0"]))
 
 
 def test_bench_stock_children_ran_without_the_plugin(run):

@@ -17,8 +17,8 @@ import pytest
 from da_lab.trace import load
 from da_lab_widgets.highlight import Highlight
 from da_lab_widgets.metadata_path import MetadataPathDiagram, step_values
-from da_lab_widgets.skeleton import (SkeletonDiagram, html_one_backend, introspect_variant,
-                                     variant_cache)
+from da_lab.engine.variants import introspect_variant, variant_cache
+from da_lab_widgets.skeleton import SkeletonDiagram, html_one_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "traces" / "seed_cpu.jsonl.gz"

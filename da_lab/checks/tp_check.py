@@ -32,7 +32,8 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
-from da_lab.engine.lab import engine_name as lab_engine_name
+from da_lab.engine import access
+from da_lab.engine.env import engine_name as lab_engine_name
 
 # Step-record keys that are timings, not decisions: never compared across ranks.
 VOLATILE = ("hook_us",)
@@ -44,19 +45,9 @@ def worker_log(worker=None) -> str:
     import da_lab.hook as hook
     from da_lab.hook.state import TRACKER
 
-    rank, comm = -1, ""
-    try:
-        from vllm.distributed.parallel_state import get_tp_group
+    from da_lab.engine.access import tp_rank_info
 
-        tp = get_tp_group()
-        rank = tp.rank_in_group
-        dc = tp.device_communicator
-        comm = type(dc).__name__
-        dm = getattr(dc, "dist_module", None)     # CPU: the SHM all-reduce or torch.distributed
-        if dm is not None:
-            comm += f" via {getattr(dm, '__name__', None) or type(dm).__name__}"
-    except Exception:   # noqa: BLE001 - not initialised: report -1
-        pass
+    rank, comm = tp_rank_info()
     TRACKER.settle()      # step records whose host copies were in flight (CUDA)
     # Tokens sampled at the last step reach `captured` when the next step drains them; read
     # them here without draining (the hook's state is left as it is).
@@ -126,17 +117,17 @@ def request_params(tokenizer, prompt, tags, max_tokens: int, da_id: str):
 def setup_env(tp: int, cuda: bool) -> dict:
     """Set what vLLM needs before it is imported (the caller's values win, except the two
     this check cannot run without: a multiprocess engine and collective_rpc of a function)."""
-    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           # TP needs worker processes; the engine core runs in its own process too.
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
-           # collective_rpc with a function (worker_log) is pickled with cloudpickle.
-           "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
-           "VLLM_LOGGING_STREAM": "ext://sys.stderr"}
+    from da_lab.engine.env import LOG_TO_STDERR, MULTIPROC_ENV, apply_env
+
+    # TP needs worker processes (spawned: CUDA may already be initialised here) and the engine
+    # core in its own process; collective_rpc with a function (worker_log) is pickled with
+    # cloudpickle.
+    need = {**MULTIPROC_ENV, "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+    env = dict(LOG_TO_STDERR)
     if cuda:
         env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
                    NVSHMEM_DISABLE_NVLS="1")
     else:
-        env["VLLM_CPU_KVCACHE_SPACE"] = "1"
         # vLLM's "auto" binding gives each rank its own NUMA node and asserts there are
         # enough; on a one-node machine split the allowed cores between the ranks instead.
         cpus = sorted(os.sched_getaffinity(0))
@@ -144,13 +135,7 @@ def setup_env(tp: int, cuda: bool) -> dict:
             per = len(cpus) // tp
             env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
                 ",".join(str(c) for c in cpus[r * per:(r + 1) * per]) for r in range(tp))
-    force = ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_ALLOW_INSECURE_SERIALIZATION")
-    for k, v in env.items():
-        if k in force:
-            os.environ[k] = v
-        else:
-            os.environ.setdefault(k, v)
-    return {k: os.environ[k] for k in env}
+    return apply_env({**env, **need}, force=tuple(need))
 
 
 def device_name(cuda: bool, tp: int) -> str:
@@ -211,6 +196,40 @@ def compare_ranks(logs: list[dict], engine_tokens: dict[str, list[int]]) -> dict
 
 
 # ---- the run ---------------------------------------------------------------------------------
+ROWS_NOTE = ("decode tokens/s, FOCUS vs GLOBAL, one request at a time at the seed prompt's "
+             "~0.8k context: on CPU TP=2 the step time is Python/IPC overhead, not attention; "
+             "the 64k-context comparison is GPU-only")
+NO_ROWS_NOTE = ("no speed rows: the FOCUS vs GLOBAL decode tokens/s comparison is GPU-only (64k "
+                "context); pass --bench-tokens N for a small local one")
+
+
+def against_reference(path: str, prompt, tokens: dict, forced: dict, hist0: dict,
+                      cuda: bool) -> tuple[dict, list[str]]:
+    """Each request replayed through the float32 oracle with rank 0's mask history: the case
+    gpu_tests.score() reads, and every position (near-ties too) where the engine differs."""
+    from da_lab.checks.oracle import check, load_reference
+
+    ref = load_reference(path, device="cuda" if cuda else "cpu")
+    case = {"runner": "v1", "runner_ran": "v1", "requests": {}}
+    strict = []
+    for n, toks in tokens.items():
+        h = [(a, b, None if k is None else tuple(k)) for a, b, k in hist0[n]["mask_history"]]
+        res = check(ref, prompt.token_ids, toks, h, prompt.layout.block_size, forced[n])
+        case["requests"][n] = {
+            "tokens": toks, "forced": sorted(forced[n]), "ref_masked": res.masked_tokens,
+            "ref_unmasked": res.unmasked_tokens, "gap": res.top2_gap,
+            "masked_steps": sum(k is not None for _, _, k in h)}
+        strict += [f"{n}@{i}" for i in res.mismatches_masked]
+    return case, strict
+
+
+def rank_rows(logs: list[dict]) -> list[dict]:
+    return [{"rank": lg["rank"], "pid": lg["pid"], "hook_installed": lg["hook_installed"],
+             "tp_communicator": lg["tp_communicator"], "runner_class": lg["runner_class"],
+             "backend": lg["backend"], "device": lg["device"], "step_records": len(lg["steps"]),
+             "warnings": lg["warnings"]} for lg in logs]
+
+
 def run(tp: int = 2, max_tokens: int = 40, model: str | None = None, eager: bool | None = None,
         threshold: float = 0.25, num_blocks: int = 160, bench_tokens: int = 0,
         runner: str | None = None) -> dict:
@@ -225,7 +244,6 @@ def run(tp: int = 2, max_tokens: int = 40, model: str | None = None, eager: bool
 
     from da_lab.checks.gpu_tests import SCENARIOS, score
     from da_lab.engine.models import model_path
-    from da_lab.checks.oracle import check, load_reference
 
     path = str(model or model_path("da-tiny-v1"))
     if eager is None:
@@ -256,25 +274,11 @@ def run(tp: int = 2, max_tokens: int = 40, model: str | None = None, eager: bool
                   key=lambda lg: lg["rank"])
     ranks = compare_ranks(logs, tokens)
     rows = bench_rows(llm, tok, prompt, bench_tokens) if bench_tokens else []
-    dtype = str(llm.llm_engine.vllm_config.model_config.dtype).removeprefix("torch.")
-    try:
-        llm.llm_engine.engine_core.shutdown()
-    except Exception:   # noqa: BLE001 - best effort
-        pass
+    dtype = str(access.vllm_config(llm).model_config.dtype).removeprefix("torch.")
+    access.shutdown(llm)
     del llm
 
-    ref = load_reference(path, device="cuda" if cuda else "cpu")
-    hist0 = logs[0]["requests"]
-    case = {"runner": "v1", "runner_ran": "v1", "requests": {}}
-    strict = []
-    for n in names:
-        h = [(a, b, None if k is None else tuple(k)) for a, b, k in hist0[n]["mask_history"]]
-        res = check(ref, prompt.token_ids, tokens[n], h, prompt.layout.block_size, forced[n])
-        case["requests"][n] = {
-            "tokens": tokens[n], "forced": sorted(forced[n]), "ref_masked": res.masked_tokens,
-            "ref_unmasked": res.unmasked_tokens, "gap": res.top2_gap,
-            "masked_steps": sum(k is not None for _, _, k in h)}
-        strict += [f"{n}@{i}" for i in res.mismatches_masked]
+    case, strict = against_reference(path, prompt, tokens, forced, logs[0]["requests"], cuda)
     sc = score(case, threshold)
     float32 = dtype == "float32"
     match = sc["mismatches"] == 0 and sc["tokens_compared"] > 0 and (not float32 or not strict)
@@ -294,22 +298,14 @@ def run(tp: int = 2, max_tokens: int = 40, model: str | None = None, eager: bool
         "strict_positions_compared": sum(len(t) - len(forced[n]) for n, t in tokens.items()),
         "strict_mismatches": len(strict), "strict_mismatch_at": strict[:20],
         "unmasked_reference_differs_at": sc["unmasked_reference_differs_at"],
-        "ranks": [{"rank": lg["rank"], "pid": lg["pid"], "hook_installed": lg["hook_installed"],
-                   "tp_communicator": lg["tp_communicator"], "runner_class": lg["runner_class"],
-                   "backend": lg["backend"],
-                   "device": lg["device"], "step_records": len(lg["steps"]),
-                   "warnings": lg["warnings"]} for lg in logs],
+        "ranks": rank_rows(logs),
         "driver_pid": os.getpid(),
         "scenarios": {n: [list(t) for t in SCENARIOS[n]] for n in names},
         "max_tokens": max_tokens, "compared_fields": ranks["compared_fields"],
         "env": env, "engine_start_s": round(start_s, 1), "generate_s": round(gen_s, 2),
         "wall_s": round(time.perf_counter() - t_all, 1),
         "rows": rows,
-        "rows_note": ("decode tokens/s, FOCUS vs GLOBAL, one request at a time at the seed "
-                      "prompt's ~0.8k context: on CPU TP=2 the step time is Python/IPC "
-                      "overhead, not attention; the 64k-context comparison is GPU-only")
-        if rows else ("no speed rows: the FOCUS vs GLOBAL decode tokens/s comparison is "
-                      "GPU-only (64k context); pass --bench-tokens N for a small local one"),
+        "rows_note": ROWS_NOTE if rows else NO_ROWS_NOTE,
     }
 
 

@@ -16,3 +16,78 @@ def model_runner(llm):
     worker = engine_core(llm).model_executor.driver_worker
     worker = getattr(worker, "worker", worker)     # WorkerWrapperBase -> Worker
     return worker.model_runner
+
+
+def vllm_config(llm):
+    """The engine's VllmConfig (model, cache, compilation, scheduler settings)."""
+    return llm.llm_engine.vllm_config
+
+
+def num_kv_blocks(llm) -> int:
+    """Usable KV-cache blocks of an in-process engine (block 0 is vLLM's null block)."""
+    return engine_core(llm).scheduler.kv_cache_manager.block_pool.num_gpu_blocks - 1
+
+
+def kv_bytes_per_token(llm) -> int:
+    """K and V bytes one token occupies across all layers."""
+    import torch
+
+    vc = vllm_config(llm)
+    mc, cc = vc.model_config, vc.cache_config
+    dtype = mc.dtype if cc.cache_dtype == "auto" else getattr(torch, cc.cache_dtype, mc.dtype)
+    return (2 * mc.get_num_layers(vc.parallel_config) * mc.get_num_kv_heads(vc.parallel_config)
+            * mc.get_head_size() * torch.empty((), dtype=dtype).element_size())
+
+
+def attention_backends(runner) -> list[str] | None:
+    try:
+        return sorted({g.backend.get_name() for gs in runner.attn_groups for g in gs})
+    except Exception:   # noqa: BLE001 - informational; a runner without attn_groups
+        return None
+
+
+def da_hook_wrapped() -> bool:
+    """Whether the DA hook has wrapped the V1 runner's metadata build in this process."""
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    return bool(getattr(GPUModelRunner._build_attention_metadata, "_da_wrapped", False))
+
+
+def shutdown(llm) -> None:
+    """Stop an LLM's engine core now (best effort: the process may be exiting anyway)."""
+    try:
+        llm.llm_engine.engine_core.shutdown()
+    except Exception:   # noqa: BLE001 - best effort
+        pass
+
+
+def tp_rank_info() -> tuple[int, str]:
+    """(this worker's rank in its tensor-parallel group, its communicator's name); (-1, '')
+    when no group is initialised. Runs inside a worker process."""
+    try:
+        from vllm.distributed.parallel_state import get_tp_group
+
+        tp = get_tp_group()
+        dc = tp.device_communicator
+        comm = type(dc).__name__
+        dm = getattr(dc, "dist_module", None)     # CPU: the SHM all-reduce or torch.distributed
+        if dm is not None:
+            comm += f" via {getattr(dm, '__name__', None) or type(dm).__name__}"
+        return tp.rank_in_group, comm
+    except Exception:   # noqa: BLE001 - not initialised
+        return -1, ""
+
+
+def kv_cache_block(block_id: int):
+    """A vLLM scheduler KV block object (KVCacheBlock), for benchmarks that stand in a pool."""
+    from vllm.v1.core.kv_cache_utils import KVCacheBlock
+
+    return KVCacheBlock(block_id)
+
+
+def output_kind(name: str):
+    """vLLM's RequestOutputKind by name ("DELTA", "FINAL_ONLY", "CUMULATIVE"): what a request's
+    outputs carry at each step (not exported at vLLM's top level)."""
+    from vllm.sampling_params import RequestOutputKind
+
+    return RequestOutputKind[name]

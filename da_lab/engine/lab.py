@@ -18,24 +18,10 @@ import numpy as np
 from da_lab import __version__
 from da_lab.core.layout import BLOCK_SIZE, DAPrompt, build_prompt, seed_texts
 from da_lab.engine import access, kvmap
+from da_lab.engine.env import LAB_ENV, apply_env, engine_name  # noqa: F401 - re-exported
 from da_lab.engine.models import build_tiny_model
 
-# Set before vLLM is imported: offline, in-process, a KV cache the CPU machine can afford.
-LAB_ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    # A notebook should show the lab, not pages of engine logs; override to see them.
-    "VLLM_LOGGING_LEVEL": "ERROR",
-}
-
 _live_lab: "Lab | None" = None
-
-
-def apply_env() -> None:
-    for k, v in LAB_ENV.items():
-        os.environ.setdefault(k, v)
 
 
 def precheck_model(path: str | Path) -> None:
@@ -112,18 +98,6 @@ _FIELDS = tuple(f for f in StepRecord.__dataclass_fields__ if not f.startswith("
 
 def _lists(d: dict) -> dict:
     return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in d.items()}
-
-
-def engine_name() -> str:
-    """'<distribution> <version>' of the vLLM installed, e.g. 'vllm-cpu 0.32.0'."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    for dist in ("vllm-cpu", "vllm"):
-        try:
-            return f"{dist} {version(dist)}"
-        except PackageNotFoundError:
-            continue
-    return "vllm unknown"
 
 
 def step_record(index: int, wall: float, hook_log: list[dict], outs, added: list[dict],

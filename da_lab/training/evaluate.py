@@ -16,6 +16,8 @@ Measures, over n prompts:
                                     blocks read / blocks in the row (from the hook's records);
                                     1.0 when no tag was ever trapped (nothing hidden)
 Requests are batched: a wave of prompts is added, then the engine steps until all are done.
+`document()` is what `da-lab eval --json` / `--out` write: the run's provenance (command,
+engine, device, model, date, wall time), the numbers above, and one row per prompt.
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ KEYS = ("n", "tag_accuracy", "da_answer_accuracy", "all_blocks_answer_accuracy",
         "blocks_read_fraction_after_tag")
 
 
+def tag_written(text: str, n_chunks: int) -> str | None:
+    """The response up to and including its first tag (None when it writes no tag)."""
+    _, offset = T.first_tag(text, n_chunks)
+    return None if offset is None else text[:offset].strip()
+
+
 def answer_text(text: str, n_chunks: int) -> tuple[object, str]:
     """(first tag's directive or None, the answer: text after the first tag, else all of it)."""
     directive, offset = T.first_tag(text, n_chunks)
@@ -40,8 +48,8 @@ def answer_text(text: str, n_chunks: int) -> tuple[object, str]:
 def _run_wave(lab, samples: list, da: bool, max_tokens: int, tag: str) -> tuple[list[str], list]:
     """Generate every sample greedily until </s>; return texts and per-request hook rows."""
     from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind
 
+    from da_lab.engine.access import output_kind
     from da_lab.hook.state import EXTRA_ID, EXTRA_LAYOUT
 
     ids = []
@@ -49,7 +57,7 @@ def _run_wave(lab, samples: list, da: bool, max_tokens: int, tag: str) -> tuple[
         rid = f"eval-{tag}-{'da' if da else 'all'}-{i}-{time.perf_counter_ns()}"
         extra = {EXTRA_ID: rid, EXTRA_LAYOUT: s.prompt.layout.to_dict()} if da else None
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens,
-                                output_kind=RequestOutputKind.FINAL_ONLY, extra_args=extra)
+                                output_kind=output_kind("FINAL_ONLY"), extra_args=extra)
         lab.engine.add_request(rid, {"prompt_token_ids": s.prompt.token_ids}, params)
         ids.append(rid)
     texts: dict[str, str] = {}
@@ -82,7 +90,8 @@ def run_eval(n: int = 500, model: str | Path | None = None, *, seed: int | None 
 
     Starts its own engine unless `lab` (an idle `da_lab.engine.lab.Lab`) is given. Returns the five
     numbers of KEYS plus "by_kind" (the same accuracies per question kind), "rows" (one per
-    prompt: kind, expected tag and answer, both texts) and "seconds"."""
+    prompt: id, kind, expected tag and answer, both texts, the tag written, the blocks read),
+    "engine", "device", "model" and "seconds"."""
     t0 = time.perf_counter()
     seed = T.EVAL_SEED if seed is None else seed
     samples = T.held_out(n, seed)
@@ -97,6 +106,7 @@ def run_eval(n: int = 500, model: str | Path | None = None, *, seed: int | None 
     elif lab.has_unfinished():
         raise RuntimeError("run_eval needs an idle Lab (it has unfinished requests)")
     rows, fractions = [], []
+    ran_on = {"engine": lab.engine_name, "device": lab.device, "model": lab.model}
     bar = None
     if progress:
         from tqdm import tqdm
@@ -107,15 +117,19 @@ def run_eval(n: int = 500, model: str | Path | None = None, *, seed: int | None 
             part = samples[w: w + wave]
             da_texts, da_rows = _run_wave(lab, part, True, max_tokens, str(w))
             all_texts, _ = _run_wave(lab, part, False, max_tokens, str(w))
-            for s, dt, at, hr in zip(part, da_texts, all_texts, da_rows):
+            for i, (s, dt, at, hr) in enumerate(zip(part, da_texts, all_texts, da_rows)):
                 nc = s.prompt.layout.n_chunks
                 d_tag, d_ans = answer_text(dt, nc)
                 _, a_ans = answer_text(at, nc)
-                rows.append({"kind": s.kind, "tag": s.tag, "answer": s.answer,
-                             "da_text": dt, "all_blocks_text": at,
+                after = _fraction_after_tag(hr)
+                rows.append({"id": f"{seed}:{w + i}", "kind": s.kind, "tag": s.tag,
+                             "answer": s.answer, "da_text": dt, "all_blocks_text": at,
+                             "tag_written": tag_written(dt, nc), "da_answer": d_ans,
                              "tag_ok": d_tag == s.directive, "da_ok": d_ans == s.answer,
-                             "all_ok": a_ans == s.answer})
-                fractions += _fraction_after_tag(hr)
+                             "all_ok": a_ans == s.answer,
+                             "blocks_read_fraction_after_tag":
+                                 round(sum(after) / len(after), 4) if after else None})
+                fractions += after
             if bar is not None:
                 bar.update(len(part))
     finally:
@@ -139,8 +153,27 @@ def run_eval(n: int = 500, model: str | Path | None = None, *, seed: int | None 
             "da_answer_accuracy": mean(r["da_ok"] for r in rows),
             "all_blocks_answer_accuracy": mean(r["all_ok"] for r in rows),
             "blocks_read_fraction_after_tag": mean(fractions) if fractions else 1.0,
-            "by_kind": by_kind, "rows": rows, "seed": seed,
+            "by_kind": by_kind, "rows": rows, "seed": seed, **ran_on,
             "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def document(res: dict, command: str) -> dict:
+    """The whole `da-lab eval` document: provenance, the summary (KEYS, by kind) and one row per
+    prompt (id, expected tag and answer, the tag written, the answer, whether it is correct,
+    the blocks read after the tag; the all-blocks run beside it)."""
+    from datetime import datetime, timezone
+
+    rows = [{"id": r["id"], "kind": r["kind"], "expected_tag": r["tag"],
+             "expected_answer": r["answer"], "tag_written": r["tag_written"],
+             "tag_correct": r["tag_ok"], "answer": r["da_answer"], "correct": r["da_ok"],
+             "blocks_read_fraction_after_tag": r["blocks_read_fraction_after_tag"],
+             "text": r["da_text"], "all_blocks_text": r["all_blocks_text"],
+             "all_blocks_correct": r["all_ok"]} for r in res["rows"]]
+    return {"command": command, "engine": res["engine"], "device": res["device"],
+            "model": str(res["model"]),
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "wall_s": res["seconds"], "seed": res["seed"], **{k: res[k] for k in KEYS},
+            "by_kind": res["by_kind"], "rows": rows}
 
 
 def table(res: dict) -> str:

@@ -47,12 +47,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from da_lab.training import task as T
-from da_lab.core.layout import Layout
-from da_lab.core.mask import kept_blocks
-from da_lab.core.tags import Directive, Mode
+from da_lab.training.batches import (ADVANCE_DA, ADVANCE_TAG, LEVELS, Batches,  # noqa: F401
+                                     collate, levels_for, make_batch)
+from da_lab.training.masks import dense_mask, hook_history, segments  # noqa: F401
+from da_lab.training.model import (accuracy, build_model, forward, to_device,  # noqa: F401
+                                   wire_previous_token_head)
 
 MODEL_NAME = "da-tiny-tags"
 
@@ -89,305 +89,6 @@ def model_config(tok: "T.Tokens", arch: dict | None = None, dtype: str = "bfloat
         "eos_token_id": tok.eos_id,
         "pad_token_id": tok.pad_id,
     }
-
-
-# ---------------------------------------------------------------------------------------------
-# The DA mask, as the hook applies it
-
-def hook_history(layout: Layout, tags, n_tokens: int,
-                 ) -> list[tuple[int, int, np.ndarray | None]]:
-    """The mask history the hook records for a request that writes a response whose tags are
-    `tags` ((output index of the token closing the tag, Directive), ...), for the first
-    `n_tokens` positions of prompt + response.
-
-    Entries are (first query position, seq_len, kept logical blocks or None = all), exactly as
-    `hook.state.RequestState.mask_history`: the prefill is one entry under GLOBAL; then the
-    step whose query is output k (position prompt_len + k) decides with the last tag closed in
-    outputs[0..k] (the hook feeds a step's own input token to the tag machine before deciding).
-    """
-    P, bs = layout.prompt_len, layout.block_size
-    hist: list[tuple[int, int, np.ndarray | None]] = [(0, P, None)]
-    timeline = sorted(tags, key=lambda t: t[0])
-    d, nxt = Directive(), 0
-    for p in range(P, n_tokens):
-        while nxt < len(timeline) and timeline[nxt][0] <= p - P:
-            d = timeline[nxt][1]
-            nxt += 1
-        kept = kept_blocks(d, layout, p + 1, 1)
-        hist.append((p, p + 1, kept if len(kept) < -(-(p + 1) // bs) else None))
-    return hist
-
-
-def segments(layout: Layout, tags, n_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-    """The same mask in compact form: (row_seg, seg_visible). Row p may read column c iff
-    c <= p and seg_visible[row_seg[p], c // block_size]; segment 0 sees every block.
-
-    One segment per stretch of rows under one directive: FOCUS and LOCAL keep one set of
-    blocks (scaffold, chunks named, tail, the whole response) whose cut at a row's own block is
-    exactly what `kept_blocks` keeps for that row, so a segment's visible blocks are those kept
-    at its last row. Tests compare the dense matrix with `oracle.mask_matrix(hook_history)`."""
-    P, bs = layout.prompt_len, layout.block_size
-    nb = -(-n_tokens // bs)
-    blocks = np.arange(nb)
-    row_seg = np.zeros(n_tokens, dtype=np.int64)
-    vis = [np.ones(nb, dtype=bool)]
-    timeline = sorted(tags, key=lambda t: t[0])
-    for i, (close, d) in enumerate(timeline):
-        start = P + close
-        stop = min(n_tokens, P + timeline[i + 1][0]) if i + 1 < len(timeline) else n_tokens
-        if start >= stop:
-            continue
-        if d.mode is Mode.LOCAL and d.recent is not None:
-            raise ValueError("<local N> keeps a sliding window: not one set per segment")
-        kept = kept_blocks(d, layout, stop, 1)
-        v = np.isin(blocks, kept) | (blocks > (stop - 1) // bs)
-        if v.all():
-            continue                       # GLOBAL (or nothing hidden): segment 0
-        vis.append(v)
-        row_seg[start:stop] = len(vis) - 1
-    return row_seg, np.stack(vis)
-
-
-def dense_mask(row_seg, seg_visible, length: int, block_size: int, device=None):
-    """(B, 1, L, L) bool 'row may attend to column' from compact masks: row_seg (B, L) ints,
-    seg_visible (B, S, n_blocks) bools with n_blocks >= ceil(L / block_size)."""
-    import torch
-
-    row_seg = torch.as_tensor(row_seg, device=device)[:, :length]
-    seg_visible = torch.as_tensor(seg_visible, device=device)
-    B = row_seg.shape[0]
-    pos = torch.arange(length, device=device)
-    causal = pos[None, :] <= pos[:, None]
-    blk = pos // block_size
-    vis_rows = seg_visible[torch.arange(B, device=device)[:, None], row_seg]   # (B, L, nb)
-    allow = causal[None] & vis_rows[:, :, blk]
-    return allow[:, None]
-
-
-# ---------------------------------------------------------------------------------------------
-# Batches
-
-# Curriculum levels: (chunks, records per chunk). A run starts at the first and moves on when
-# the held-out probe of the level it is at passes (tag >= ADVANCE_TAG, DA answer >= ADVANCE_DA):
-# two candidate keys first, where the copy-by-key circuit gets the strongest signal, then more.
-LEVELS = ((1, 2), (2, 2), (2, 4), (3, 4), (4, 4), (6, 4), (8, 4), (10, 4), (12, 4))
-ADVANCE_TAG, ADVANCE_DA = 0.90, 0.85
-
-
-def levels_for(chunks: int) -> list[tuple[int, int]]:
-    out = [lv for lv in LEVELS if lv[0] < chunks]
-    return out + [(chunks, T.RECORDS_PER_CHUNK)]
-
-
-def collate(samples: list["T.Sample"], pad_id: int, block_size: int) -> dict:
-    B = len(samples)
-    L = max(len(s.ids) for s in samples)
-    nb = -(-L // block_size)
-    ids = np.full((B, L), pad_id, dtype=np.int64)
-    targets = np.full((B, L), -100, dtype=np.int64)   # targets[b, p] = token p+1
-    tag_row = np.zeros((B, L), dtype=bool)             # rows predicting the first tag
-    row_seg = np.zeros((B, L), dtype=np.int64)
-    segs = []
-    for b, s in enumerate(samples):
-        seq = s.ids
-        P = s.prompt.layout.prompt_len
-        ids[b, : len(seq)] = seq
-        targets[b, P - 1: len(seq) - 1] = [t if w else -100
-                                           for t, w in zip(s.response_ids, s.written)]
-        tag_row[b, P - 1: P + s.tag_close] = True
-        rs, vis = segments(s.prompt.layout, s.all_tags, len(seq))
-        row_seg[b, : len(seq)] = rs
-        segs.append(vis)
-    S = max(len(v) for v in segs)
-    seg_visible = np.ones((B, S, nb), dtype=bool)
-    for b, v in enumerate(segs):
-        seg_visible[b, : len(v), : v.shape[1]] = v
-    return {"ids": ids, "targets": targets, "tag_row": tag_row, "row_seg": row_seg,
-            "seg_visible": seg_visible}
-
-
-def make_batch(job: dict) -> dict:
-    """Batch `step` of a run: a pure function of its arguments (runs in worker processes).
-
-    80% of the samples are at the current curriculum level, 20% at earlier ones. A share
-    `p_drill` are drills: one prompt, several question turns in the response, each turn one
-    more supervised retrieval under the hook's mask (see `task.make_sample`); the training
-    mixture also asks more multi-key questions than the held-out one."""
-    tok = T.tokens()
-    samples = []
-    step, batch, levels = job["step"], job["batch"], job["levels"]
-    for j in range(batch):
-        rng = T.rng_for(job["seed"], T.TRAIN, step * batch + j)
-        lv = job["level"]
-        if lv > 0 and rng.random() < 0.2:
-            lv = int(rng.integers(0, lv))
-        n, rpc = levels[lv]
-        turns = 1
-        if job["drill"][1] > 1 and rng.random() < job["p_drill"]:
-            turns = int(rng.integers(job["drill"][0], job["drill"][1] + 1))
-        samples.append(T.make_sample(rng, n_chunks=n, records_per_chunk=rpc,
-                                     p_multi=job["p_multi"], multi_keys=job["multi_keys"],
-                                     turns=turns, tok=tok))
-    return collate(samples, tok.pad_id, samples[0].prompt.layout.block_size)
-
-
-class Batches:
-    """Batches in step order, built `ahead` steps in advance (in worker processes when asked).
-
-    `job(step)` is called when a step is queued, so a change of curriculum level reaches the
-    batches queued after it: the same decisions at the same steps give the same batches."""
-
-    def __init__(self, job, steps: int, workers: int, ahead: int = 16) -> None:
-        from collections import deque
-
-        self.job, self.steps, self.workers, self.ahead = job, steps, workers, max(1, ahead)
-        self.pool = None
-        self.queue: deque = deque()
-        self.next = 0
-        if workers > 0:
-            import multiprocessing as mp
-
-            self.pool = mp.get_context("spawn").Pool(workers)
-
-    def get(self, step: int) -> dict:
-        while self.next <= step or (len(self.queue) < self.ahead and self.next < self.steps):
-            j = self.job(self.next)
-            self.queue.append(self.pool.apply_async(make_batch, (j,)) if self.pool else j)
-            self.next += 1
-        item = self.queue.popleft()
-        return item.get() if self.pool else make_batch(item)
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.terminate()
-            self.pool = None
-
-
-# ---------------------------------------------------------------------------------------------
-# Model, loss, held-out accuracy
-
-def build_model(cfg: dict, seed: int):
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    conf = LlamaConfig(**{k: v for k, v in cfg.items() if k not in ("architectures",
-                                                                     "torch_dtype")})
-    conf._attn_implementation = "sdpa"
-    model = LlamaForCausalLM(conf)
-    return model
-
-
-def wire_previous_token_head(model, strength: float = 8.0, shared: float = 0.25,
-                             pairs: int = 8, seed: int = 0) -> None:
-    """Initialise attention head 0 of layer 0 as a previous-token head (before training).
-
-    The task's retrievals are induction copies ("days" seen before "7": after "days" write
-    "7"; the chunk label is the token before the key), and induction needs a head that moves
-    each token's predecessor into it. Left to gradient descent, that head forms only after a
-    long plateau (runs without it learned no retrieval at all in minutes of H200 time); here it
-    is there from step 0, and training may change it like any other weight.
-
-    How: token embeddings get a shared component `shared * u` (u a fixed random unit vector)
-    and their own parts are made orthogonal to u and of equal norm, so after the first RMSNorm
-    every token reads the same value along u. (With tied embeddings the shared part adds the
-    same logit to every token, which softmax ignores.) Head 0's query and key read only u,
-    giving content-free vectors; in each of the `pairs` fastest RoPE frequency pairs the key is
-    turned by one position's angle, so query i . key j = strength^2 sum_m cos((i - j - 1) th_m)
-    / sqrt(head_dim): largest at j = i - 1, ~8 logits above its neighbours by default.
-    """
-    import torch
-
-    c = model.config
-    d, hd = c.hidden_size, c.head_dim
-    g = torch.Generator().manual_seed(seed)
-    u = torch.randn(d, generator=g)
-    u /= u.norm()
-    with torch.no_grad():
-        emb = model.model.embed_tokens.weight
-        e = emb.float()
-        e = e - (e @ u)[:, None] * u[None, :]
-        norms = e.norm(dim=1, keepdim=True)
-        e = e * (norms.mean() / norms.clamp_min(1e-8)) + shared * u[None, :]
-        emb.copy_(e.to(emb.dtype))
-        x = e / e.pow(2).mean(-1, keepdim=True).add(c.rms_norm_eps).sqrt()
-        proj = float((x @ u).mean())
-        half = hd // 2
-        th = model.model.rotary_emb.inv_freq.float().cpu()[:half]      # RoPE's own angles
-        on = (torch.arange(half) < pairs).float()
-        q = torch.cat([strength * on, torch.zeros(half)])
-        k = torch.cat([strength * on * torch.cos(th), strength * on * torch.sin(th)])
-        attn = model.model.layers[0].self_attn
-        attn.q_proj.weight[:hd] = torch.outer(q, u) / proj
-        attn.k_proj.weight[:hd] = torch.outer(k, u) / proj
-
-
-def to_device(batch: dict, device) -> dict:
-    import torch
-
-    out = {k: torch.from_numpy(v) for k, v in batch.items()}
-    if device.type == "cuda":
-        return {k: v.pin_memory().to(device, non_blocking=True) for k, v in out.items()}
-    return {k: v.to(device) for k, v in out.items()}
-
-
-def forward(model, batch: dict, block_size: int, masked: bool = True):
-    """(logits at response rows (N, V), targets (N,), row index (N,) into the flat batch)."""
-    import torch
-
-    ids = batch["ids"]
-    B, L = ids.shape
-    row_seg = batch["row_seg"] if masked else torch.zeros_like(batch["row_seg"])
-    mask = dense_mask(row_seg, batch["seg_visible"], L, block_size, ids.device)
-    h = model.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
-    sel = (batch["targets"] >= 0).reshape(-1).nonzero().squeeze(1)
-    logits = model.lm_head(h.reshape(B * L, -1).index_select(0, sel))
-    return logits, batch["targets"].reshape(-1)[sel], sel
-
-
-def accuracy(model, samples: list["T.Sample"], device, block_size: int, batch: int = 64,
-             autocast: bool = False) -> dict:
-    """Held-out accuracy in plain torch, teacher-forced (equal to greedy decoding whenever the
-    prefix is right): tag = every tag token is the argmax; DA answer = tag right and every
-    answer token and </s> the argmax under the tag's DA mask; all-blocks answer = every
-    answer token and </s> the argmax with plain causal attention."""
-    import torch
-
-    tok = T.tokens()
-    res = {"tag": [], "da": [], "all": []}
-    by_kind: dict[str, list[int]] = {}
-    model.eval()
-    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-        for i in range(0, len(samples), batch):
-            part = samples[i: i + batch]
-            b = to_device(collate(part, tok.pad_id, block_size), device)
-            out = {}
-            for masked in (True, False):
-                logits, tgt, sel = forward(model, b, block_size, masked)
-                ok = (logits.argmax(-1) == tgt)
-                L = b["ids"].shape[1]
-                row = sel // L
-                is_tag = b["tag_row"].reshape(-1)[sel]
-                n = len(part)
-                bad_tag = torch.zeros(n, dtype=torch.long, device=device).index_add_(
-                    0, row, (~ok & is_tag).long())
-                bad_ans = torch.zeros(n, dtype=torch.long, device=device).index_add_(
-                    0, row, (~ok & ~is_tag).long())
-                out[masked] = (bad_tag == 0, bad_ans == 0)
-            tag_ok = out[True][0].cpu().tolist()
-            da_ok = (out[True][0] & out[True][1]).cpu().tolist()
-            all_ok = out[False][1].cpu().tolist()
-            res["tag"] += tag_ok
-            res["da"] += da_ok
-            res["all"] += all_ok
-            for s, t, d in zip(part, tag_ok, da_ok):
-                by_kind.setdefault(s.kind, []).append(int(t and d))
-    model.train()
-    n = max(1, len(res["tag"]))
-    return {"n": len(res["tag"]), "tag_accuracy": sum(res["tag"]) / n,
-            "da_answer_accuracy": sum(res["da"]) / n,
-            "all_blocks_answer_accuracy": sum(res["all"]) / n,
-            "by_kind": {k: sum(v) / len(v) for k, v in sorted(by_kind.items())}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -464,164 +165,199 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
-def main(argv=None) -> dict:
-    t_start = time.perf_counter()
-    args = parse_args(argv)
-    import torch
-    from tqdm import tqdm
+class Run:
+    """One training run: the model, its optimizer and the curriculum state, stepped by
+    `train()` and finished by `finish()` (held-out accuracy, checkpoint, training.json)."""
 
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    workers = args.workers
-    if workers is None:
-        cores = os.cpu_count() or 1
-        workers = 0 if cores <= 4 else min(12, cores - 2)
-    tok = T.tokens()
-    bs = 32
-    cfg = model_config(tok, SMOKE_ARCH if args.tiny else ARCH)
-    model = build_model(cfg, args.seed)
-    if args.prev_head:
-        wire_previous_token_head(model, seed=args.seed)
-    model = model.to(device)
-    n_params = sum(p.numel() for p in model.parameters())
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.98), eps=1e-8,
-                            fused=device.type == "cuda")
+    def __init__(self, args, argv, t_start: float) -> None:
+        import torch
 
-    levels = levels_for(args.chunks)
-    state = {"level": 0, "final_at": 0 if len(levels) == 1 else None}
-    log: list[dict] = [{"step": 0, "level": 0, "chunks": levels[0][0],
-                        "records_per_chunk": levels[0][1]}]
+        self.args, self.argv, self.t_start = args, argv, t_start
+        device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        self.device = device
+        workers = args.workers
+        if workers is None:
+            cores = os.cpu_count() or 1
+            workers = 0 if cores <= 4 else min(12, cores - 2)
+        self.workers = workers
+        self.bs = 32
+        self.cfg = model_config(T.tokens(), SMOKE_ARCH if args.tiny else ARCH)
+        model = build_model(self.cfg, args.seed)
+        if args.prev_head:
+            wire_previous_token_head(model, seed=args.seed)
+        self.model = model = model.to(device)
+        self.n_params = sum(p.numel() for p in model.parameters())
+        decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+        no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+        self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                                      {"params": no_decay, "weight_decay": 0.0}],
+                                     lr=args.lr, betas=(0.9, 0.98), eps=1e-8,
+                                     fused=device.type == "cuda")
+        self.levels = levels = levels_for(args.chunks)
+        self.state = {"level": 0, "final_at": 0 if len(levels) == 1 else None}
+        self.log: list[dict] = [{"step": 0, "level": 0, "chunks": levels[0][0],
+                                 "records_per_chunk": levels[0][1]}]
+        self.autocast = device.type == "cuda" and args.precision == "bf16"
+        self.multi_keys = tuple(int(x) for x in args.multi_keys.split(","))
+        self.drill = tuple(int(x) for x in args.drill.split(","))
+        self.probe = self.probe_at(0)
+        self.history: list[dict] = []
+        self.losses: list[float] = []
+        self.step, self.stopped, self.loss = 0, "steps", None
 
-    def lr_at(step: int) -> float:
+    def lr_at(self, step: int) -> float:
         """Warmup, then constant until the last curriculum level is reached, then cosine to
         10% at --steps."""
+        args = self.args
         if step < args.warmup:
             return args.lr * (step + 1) / args.warmup
-        f = state["final_at"]
+        f = self.state["final_at"]
         if f is None:
             return args.lr
         u = (step - f) / max(1, args.steps - f)
         return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, u))))
 
-    def p_drill(step: int) -> float:
+    def p_drill(self, step: int) -> float:
         """90% drills until the last level is reached, then fewer, none after 40% of what
         remains (the end of training sees the task exactly as evaluated)."""
-        f = state["final_at"]
+        f = self.state["final_at"]
         if f is None:
             return 0.9
-        return max(0.0, 0.9 * (1 - (step - f) / max(1, 0.4 * (args.steps - f))))
+        return max(0.0, 0.9 * (1 - (step - f) / max(1, 0.4 * (self.args.steps - f))))
 
-    heldout = T.held_out(args.eval_n, n_chunks=args.chunks)
-    autocast = device.type == "cuda" and args.precision == "bf16"
-    k_lo, k_hi = (int(x) for x in args.multi_keys.split(","))
-    d_lo, d_hi = (int(x) for x in args.drill.split(","))
+    def job(self, s: int) -> dict:
+        a = self.args
+        return {"seed": a.seed, "step": s, "batch": a.batch, "levels": self.levels,
+                "level": self.state["level"], "p_drill": self.p_drill(s),
+                "p_multi": a.p_multi, "multi_keys": self.multi_keys, "drill": self.drill}
 
-    def job(s: int) -> dict:
-        return {"seed": args.seed, "step": s, "batch": args.batch, "levels": levels,
-                "level": state["level"], "p_drill": p_drill(s), "p_multi": args.p_multi,
-                "multi_keys": (k_lo, k_hi), "drill": (d_lo, d_hi)}
-
-    def probe_at(level: int) -> list:
-        n, rpc = levels[level]
-        return T.held_out(args.probe_n, seed=T.EVAL_SEED + 1 + level, n_chunks=n,
+    def probe_at(self, level: int) -> list:
+        n, rpc = self.levels[level]
+        return T.held_out(self.args.probe_n, seed=T.EVAL_SEED + 1 + level, n_chunks=n,
                           records_per_chunk=rpc)
 
-    probe = probe_at(0)
-    batches = Batches(job, args.steps, workers, ahead=max(8, 2 * workers))
-    history: list[dict] = []
-    losses: list[float] = []
-    step = 0
-    stopped = "steps"
-    t_train = time.perf_counter()
-    bar = tqdm(total=args.steps, desc="train", unit="step", dynamic_ncols=True,
-               file=sys.stderr, mininterval=1.0)
-    model.train()
-    try:
-        while step < args.steps:
-            budget = args.time_budget_s
-            if budget is not None and time.perf_counter() - t_start > budget:
-                stopped = "time budget"
-                break
-            batch = batches.get(step)
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step)
-            b = to_device(batch, device)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-                logits, tgt, _ = forward(model, b, bs)
-                loss = torch.nn.functional.cross_entropy(logits.float(), tgt)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            step += 1
-            if step % 25 == 0 or step == args.steps:
-                losses.append(round(loss.item(), 5))
-                bar.set_postfix(loss=f"{losses[-1]:.4f}", level=state["level"],
-                                lr=f"{lr_at(step):.1e}")
-            bar.update(1)
-            if args.check_every and step % args.check_every == 0 and step < args.steps:
-                acc = accuracy(model, probe, device, bs, autocast=autocast)
-                lv = state["level"]
-                history.append({"step": step, "level": lv, "loss": round(loss.item(), 5),
-                                "tag": round(acc["tag_accuracy"], 4),
-                                "da": round(acc["da_answer_accuracy"], 4),
-                                "seconds": round(time.perf_counter() - t_start, 1)})
-                passed = (acc["tag_accuracy"] >= ADVANCE_TAG
-                          and acc["da_answer_accuracy"] >= ADVANCE_DA)
-                if passed or (args.eval_every and step % args.eval_every == 0):
-                    bar.write(f"step {step}: level {lv} {levels[lv]} loss {history[-1]['loss']}"
-                              f" tag {acc['tag_accuracy']:.3f} da {acc['da_answer_accuracy']:.3f}"
-                              f" all {acc['all_blocks_answer_accuracy']:.3f} {acc['by_kind']}")
-                if passed and lv + 1 < len(levels):
-                    state["level"] = lv + 1
-                    if lv + 1 == len(levels) - 1:
-                        state["final_at"] = step
-                    probe = probe_at(lv + 1)
-                    log.append({"step": step, "level": lv + 1, "chunks": levels[lv + 1][0],
-                                "records_per_chunk": levels[lv + 1][1],
-                                "seconds": round(time.perf_counter() - t_start, 1)})
-                    bar.write(f"step {step}: curriculum -> level {lv + 1} {levels[lv + 1]}")
-    finally:
-        batches.close()
-        bar.close()
-    train_s = time.perf_counter() - t_train
-    final_loss = loss.item() if step else None
-    acc = accuracy(model, heldout, device, bs, autocast=False)
-    wall = time.perf_counter() - t_start
-    meta = {
-        "model": MODEL_NAME,
-        "command": "python -m da_lab.training.train " + " ".join(
-            shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
-        "seed": args.seed, "steps": step, "steps_planned": args.steps, "stopped_by": stopped,
-        "batch": args.batch, "lr": args.lr, "chunks": args.chunks,
-        "precision": args.precision if device.type == "cuda" else "fp32",
-        "prev_head": args.prev_head, "workers": workers,
-        "p_multi": args.p_multi, "multi_keys": args.multi_keys, "drill": args.drill,
-        "curriculum": log, "final_level_at_step": state["final_at"],
-        "params": n_params, "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "torch": torch.__version__,
-        "final_loss": None if final_loss is None else round(final_loss, 5),
-        "loss_every_25_steps": losses, "probe_history": history,
-        "train_seconds": round(train_s, 1), "wall_seconds": round(wall, 1),
-        "steps_per_second": round(step / max(train_s, 1e-9), 2),
-        "heldout": {"seed": T.EVAL_SEED, "stream": "HELDOUT", "teacher_forced": True, **acc},
-    }
-    out = save(model, cfg, Path(args.out), meta)
-    goals = acc["tag_accuracy"] >= 0.95 and acc["da_answer_accuracy"] >= 0.90
-    loss_txt = "n/a" if final_loss is None else f"{final_loss:.4f}"
-    print(f"da_lab.training.train: {step} steps in {train_s:.0f} s ({meta['steps_per_second']}/s, "
-          f"{stopped}), wall {wall:.0f} s, loss {loss_txt}, held-out n={acc['n']}: tag "
-          f"{acc['tag_accuracy']:.3f}, DA answer {acc['da_answer_accuracy']:.3f}, all-blocks "
-          f"answer {acc['all_blocks_answer_accuracy']:.3f} (goals tag>=0.95, DA>=0.90: "
-          f"{'met' if goals else 'NOT met'}), {n_params / 1e6:.2f}M params -> {out}", flush=True)
-    return meta
+    def train_step(self, batch) -> None:
+        import torch
+
+        for g in self.opt.param_groups:
+            g["lr"] = self.lr_at(self.step)
+        b = to_device(batch, self.device)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            logits, tgt, _ = forward(self.model, b, self.bs)
+            loss = torch.nn.functional.cross_entropy(logits.float(), tgt)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        self.loss = loss
+        self.step += 1
+
+    def check(self, bar) -> None:
+        """The probe of the level the run is at; move on when it passes."""
+        step, args, levels = self.step, self.args, self.levels
+        acc = accuracy(self.model, self.probe, self.device, self.bs, autocast=self.autocast)
+        lv = self.state["level"]
+        self.history.append({"step": step, "level": lv, "loss": round(self.loss.item(), 5),
+                             "tag": round(acc["tag_accuracy"], 4),
+                             "da": round(acc["da_answer_accuracy"], 4),
+                             "seconds": round(time.perf_counter() - self.t_start, 1)})
+        passed = (acc["tag_accuracy"] >= ADVANCE_TAG
+                  and acc["da_answer_accuracy"] >= ADVANCE_DA)
+        if passed or (args.eval_every and step % args.eval_every == 0):
+            bar.write(f"step {step}: level {lv} {levels[lv]} loss {self.history[-1]['loss']}"
+                      f" tag {acc['tag_accuracy']:.3f} da {acc['da_answer_accuracy']:.3f}"
+                      f" all {acc['all_blocks_answer_accuracy']:.3f} {acc['by_kind']}")
+        if passed and lv + 1 < len(levels):
+            self.state["level"] = lv + 1
+            if lv + 1 == len(levels) - 1:
+                self.state["final_at"] = step
+            self.probe = self.probe_at(lv + 1)
+            self.log.append({"step": step, "level": lv + 1, "chunks": levels[lv + 1][0],
+                             "records_per_chunk": levels[lv + 1][1],
+                             "seconds": round(time.perf_counter() - self.t_start, 1)})
+            bar.write(f"step {step}: curriculum -> level {lv + 1} {levels[lv + 1]}")
+
+    def train(self) -> None:
+        from tqdm import tqdm
+
+        args = self.args
+        batches = Batches(self.job, args.steps, self.workers, ahead=max(8, 2 * self.workers))
+        self.t_train = time.perf_counter()
+        bar = tqdm(total=args.steps, desc="train", unit="step", dynamic_ncols=True,
+                   file=sys.stderr, mininterval=1.0)
+        self.model.train()
+        try:
+            while self.step < args.steps:
+                budget = args.time_budget_s
+                if budget is not None and time.perf_counter() - self.t_start > budget:
+                    self.stopped = "time budget"
+                    break
+                self.train_step(batches.get(self.step))
+                step = self.step
+                if step % 25 == 0 or step == args.steps:
+                    self.losses.append(round(self.loss.item(), 5))
+                    bar.set_postfix(loss=f"{self.losses[-1]:.4f}", level=self.state["level"],
+                                    lr=f"{self.lr_at(step):.1e}")
+                bar.update(1)
+                if args.check_every and step % args.check_every == 0 and step < args.steps:
+                    self.check(bar)
+        finally:
+            batches.close()
+            bar.close()
+        self.train_s = time.perf_counter() - self.t_train
+
+    def finish(self) -> dict:
+        import torch
+
+        args, device, step, train_s = self.args, self.device, self.step, self.train_s
+        final_loss = self.loss.item() if step else None
+        heldout = T.held_out(args.eval_n, n_chunks=args.chunks)
+        acc = accuracy(self.model, heldout, device, self.bs, autocast=False)
+        wall = time.perf_counter() - self.t_start
+        meta = {
+            "model": MODEL_NAME,
+            "command": "python -m da_lab.training.train " + " ".join(
+                shlex.quote(a) for a in (self.argv if self.argv is not None else sys.argv[1:])),
+            "seed": args.seed, "steps": step, "steps_planned": args.steps,
+            "stopped_by": self.stopped, "batch": args.batch, "lr": args.lr,
+            "chunks": args.chunks,
+            "precision": args.precision if device.type == "cuda" else "fp32",
+            "prev_head": args.prev_head, "workers": self.workers,
+            "p_multi": args.p_multi, "multi_keys": args.multi_keys, "drill": args.drill,
+            "curriculum": self.log, "final_level_at_step": self.state["final_at"],
+            "params": self.n_params, "device": str(device),
+            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"
+            else "cpu",
+            "torch": torch.__version__,
+            "final_loss": None if final_loss is None else round(final_loss, 5),
+            "loss_every_25_steps": self.losses, "probe_history": self.history,
+            "train_seconds": round(train_s, 1), "wall_seconds": round(wall, 1),
+            "steps_per_second": round(step / max(train_s, 1e-9), 2),
+            "heldout": {"seed": T.EVAL_SEED, "stream": "HELDOUT", "teacher_forced": True,
+                        **acc},
+        }
+        out = save(self.model, self.cfg, Path(args.out), meta)
+        goals = acc["tag_accuracy"] >= 0.95 and acc["da_answer_accuracy"] >= 0.90
+        loss_txt = "n/a" if final_loss is None else f"{final_loss:.4f}"
+        print(f"da_lab.training.train: {step} steps in {train_s:.0f} s "
+              f"({meta['steps_per_second']}/s, {self.stopped}), wall {wall:.0f} s, loss "
+              f"{loss_txt}, held-out n={acc['n']}: tag {acc['tag_accuracy']:.3f}, DA answer "
+              f"{acc['da_answer_accuracy']:.3f}, all-blocks answer "
+              f"{acc['all_blocks_answer_accuracy']:.3f} (goals tag>=0.95, DA>=0.90: "
+              f"{'met' if goals else 'NOT met'}), {self.n_params / 1e6:.2f}M params -> {out}",
+              flush=True)
+        return meta
+
+
+def main(argv=None) -> dict:
+    t_start = time.perf_counter()
+    args = parse_args(argv)
+    run = Run(args, argv, t_start)
+    run.train()
+    return run.finish()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,244 @@
+"""The bench child's measuring: per context, prefill the largest batch once, then per batch
+time `repeats` windows of `decode_steps` pure decode steps (their median and spread) and
+profile a few more steps. Mixed into worker.Child, which owns the engine."""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+
+from da_lab.bench.plan import bench_layout, kept_fraction, kept_prompt_len
+from da_lab.bench.report import spread
+
+
+def blocks_of(n_tokens: int, bs: int) -> int:
+    return -(-n_tokens // bs)
+
+
+class Measuring:
+    """Needs from the host class: spec, doc, engine, plugin, tracker, recorder, counts,
+    num_blocks, tok_vocab, tag_ids, step(), hook_log(), left(), flush(), profile()."""
+
+    def prompts(self, context: int, batch: int, length: int) -> list[list[int]]:
+        """Distinct random prompts (no shared prefix), the same for every mode of a run."""
+        import numpy as np
+
+        hi = min(self.tok_vocab, self.vocab_size)
+        out = []
+        for i in range(batch):
+            rng = np.random.default_rng([self.spec["seed"], context, i])
+            out.append(rng.integers(3, hi, size=context).tolist()[:length])
+        return out
+
+    def _row(self, context: int, batch: int, **kw) -> dict:
+        row = {"model": self.spec["model"], "context": context, "batch": batch,
+               "mode": self.spec["mode"], "kept_block_fraction": None, "decode_tok_s": None,
+               "attn_ms_per_step": None, "ideal_speedup": None,
+               "block_size": self.spec["block_size"],
+               "kv_bytes_per_token": self.doc.get("kv_bytes_per_token"),
+               "weight_bytes_read": self.doc.get("weight_bytes_read")}
+        row.update(kw)
+        return row
+
+    def _emit(self, row: dict) -> None:
+        self.doc["rows"].append(row)
+        self.flush()
+        what = row.get("error") or row.get("skipped") or (
+            f"{row['decode_tok_s']} tok/s, attn {row['attn_ms_per_step']} ms/step, "
+            f"kept {row['kept_block_fraction']}")
+        print(f"[bench child] {row['model']} {row['mode']} ctx {row['context']} "
+              f"batch {row['batch']}: {what}", file=sys.stderr, flush=True)
+
+    def _fitting(self, context: int, batches: list[int]) -> tuple[object, int, list[int]]:
+        """(layout, prompt length, the batches whose KV fits); rows for the rest emitted."""
+        s, mode = self.spec, self.spec["mode"]
+        tag_len = len(self.tag_ids["focus"])      # every mode decodes from the same position
+        try:
+            layout = bench_layout(context, s["block_size"], fraction=s["focus_fraction"],
+                                  response_tokens=tag_len + s["warmup_steps"]
+                                  + s["decode_steps"] * s.get("repeats", 1) // 2)
+        except ValueError as e:
+            for b in batches:
+                self._emit(self._row(context, b, skipped=str(e)))
+            return None, 0, []
+        length = kept_prompt_len(layout) if mode == "stock_kept" else context
+        need = blocks_of(s["max_model_len"], s["block_size"])
+        fits = [b for b in batches if b * need <= self.num_blocks]
+        for b in batches:
+            if b not in fits:
+                self._emit(self._row(context, b, skipped=(
+                    f"does not fit: {b} x {need} blocks needed, the KV cache has "
+                    f"{self.num_blocks}")))
+        if fits and self.left() < 10:
+            for b in fits:
+                self._emit(self._row(context, b, error="--max-seconds reached before this row"))
+            return layout, length, []
+        return layout, length, fits
+
+    def _add_requests(self, context: int, batch: int, layout, length: int) -> list[str]:
+        from vllm import SamplingParams
+
+        from da_lab.engine.access import output_kind
+        from da_lab.hook.state import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
+
+        mode = self.spec["mode"]
+        tag = self.tag_ids.get(mode, [])
+        max_tokens = self.spec["max_model_len"] - length
+        self.counts = {}
+        rids = []
+        for i, ids in enumerate(self.prompts(context, batch, length)):
+            rid = f"{mode}-{context}-{i}"
+            extra = None
+            if self.plugin:
+                extra = {EXTRA_ID: rid, EXTRA_LAYOUT: layout.to_dict()}
+                if tag:
+                    extra[EXTRA_DIRECTOR] = [[0, list(tag)]]
+            params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
+                                    detokenize=False, output_kind=output_kind("DELTA"),
+                                    extra_args=extra)
+            self.engine.add_request(rid, {"prompt_token_ids": ids}, params)
+            if self.recorder is not None:
+                self.recorder.added.append({"req": rid, "prompt_len": len(ids),
+                                            "max_tokens": max_tokens,
+                                            "layout": layout.to_dict(), "tags": []})
+            self.counts[rid] = 0
+            rids.append(rid)
+        return rids
+
+    def measure_context(self, context: int) -> None:
+        s = self.spec
+        layout, length, fits = self._fitting(context, sorted(s["batches"], reverse=True))
+        if not fits:
+            return
+        rids = self._add_requests(context, fits[0], layout, length)
+        warm, tag_len = s["warmup_steps"], len(self.tag_ids["focus"])
+        t_prefill, n_prefill = time.perf_counter(), 0
+        try:
+            while min(self.counts.values()) < tag_len + warm:
+                self.step()
+                n_prefill += 1
+                if self.left() < 0:
+                    raise TimeoutError("--max-seconds reached during prefill")
+            prefill_s = time.perf_counter() - t_prefill
+            for k, b in enumerate(fits):
+                if self.left() < 0:
+                    self._emit(self._row(context, b, error="--max-seconds reached"))
+                    continue
+                if k:
+                    gone = rids[b:]
+                    self.engine.abort_request(gone)
+                    for r in gone:
+                        self.counts.pop(r, None)
+                    rids = rids[:b]
+                    for _ in range(warm):
+                        self.step()
+                row = self.measure(context, b, layout, length, rids)
+                row.update(prompt_len=length, prefill_s=round(prefill_s, 2) if not k else None,
+                           prefill_steps=n_prefill if not k else None)
+                self._emit(row)
+        except Exception as e:   # noqa: BLE001 - this context's rows get the error; go on
+            done = {(r["context"], r["batch"]) for r in self.doc["rows"]}
+            for b in fits:
+                if (context, b) not in done:
+                    self._emit(self._row(context, b, error=f"{type(e).__name__}: {e}",
+                                         traceback=traceback.format_exc()[-2000:]))
+        finally:
+            self._drain(rids)
+
+    def _drain(self, rids: list[str]) -> None:
+        """Abort this context's requests and step until the engine is empty."""
+        live = [r for r in rids if r in self.counts]
+        if live:
+            self.engine.abort_request(live)
+        for _ in range(1000):
+            if not self.engine.has_unfinished_requests():
+                break
+            self.engine.step()
+            if self.recorder is not None:
+                self.recorder.skipped_steps()
+        if self.plugin:
+            from da_lab.hook.director import LIVE
+
+            for r in rids:
+                LIVE.pop(r, None)
+            self.hook_log()
+
+    def timed_windows(self, steps: int, repeats: int) -> tuple[list[float], int, float]:
+        """`repeats` back-to-back windows of `steps` engine steps: (tok/s of each window,
+        tokens, seconds in all). Window boundaries are kept in the document for the parent's
+        overlap check."""
+        rates, toks_all, secs = [], 0, 0.0
+        self.doc.setdefault("t_first_window", time.time())
+        for _ in range(repeats):
+            toks = 0
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                toks += self.step()
+            dt = time.perf_counter() - t0
+            rates.append(toks / dt)
+            toks_all, secs = toks_all + toks, secs + dt
+        self.doc["t_last_window_end"] = time.time()
+        return rates, toks_all, secs
+
+    def measure(self, context, batch, layout, length, rids) -> dict:
+        s = self.spec
+        mode, bs, steps = s["mode"], s["block_size"], s["decode_steps"]
+        repeats = int(s.get("repeats", 1))
+        self.hook_log()
+        before = {r: self.counts[r] for r in rids}
+        rec_s = self.recorder.seconds if self.recorder is not None else None
+        rates, toks, dt = self.timed_windows(steps, repeats)
+        log = self.hook_log()
+        after = {r: self.counts[r] for r in rids}
+        # Blocks a stock engine reads: every block of each sequence (mean of window ends).
+        full = sum(blocks_of(context + before[r], bs) + blocks_of(context + after[r], bs)
+                   for r in rids) / 2
+        mid_seq = context + sum(before[r] + after[r] for r in rids) / (2 * len(rids))
+        sp = spread(rates)
+        row = self._row(context, batch, decode_tok_s=sp["median"], decode_tok_s_spread=sp,
+                        decode_tok_s_repeats=[round(x, 2) for x in rates], repeats=repeats,
+                        steps=steps, tokens=toks, seconds=round(dt, 4),
+                        step_ms=round(dt / (steps * repeats) * 1e3, 3),
+                        kv_blocks_full_per_step=full, seq_len_mid=round(mid_seq, 1))
+        if self.plugin:
+            self._hook_fractions(row, log, layout, rids, mid_seq)
+            if rec_s is not None:
+                row["recording_ms_per_step"] = round(
+                    (self.recorder.seconds - rec_s) / max(1, steps * repeats) * 1e3, 3)
+        else:
+            n = length if mode == "stock_kept" else context
+            read = sum(blocks_of(n + before[r], bs) + blocks_of(n + after[r], bs)
+                       for r in rids) / 2
+            row.update(kept_block_fraction=round(read / full, 4), kept_source="seq_len",
+                       kv_blocks_read_per_step=read)
+            if mode == "stock_kept":
+                row["kept_block_fraction_expected"] = round(
+                    kept_fraction(layout, "focus", round(mid_seq)), 4)
+        if s["profile_steps"] > 0:
+            row.update(self.profile(s["profile_steps"]))
+        return row
+
+    def _hook_fractions(self, row: dict, log: list[dict], layout, rids, mid_seq) -> None:
+        """The kept fraction the kernel was given, read back from the hook's step records."""
+        mode = self.spec["mode"]
+        row["kept_block_fraction_expected"] = round(kept_fraction(
+            layout, "global" if mode == "global_recording" else mode, round(mid_seq)), 4)
+        read = total = n_steps = 0
+        hook_us = []
+        mine = set(rids)
+        for st in log:
+            rs = [r for r in st["requests"] if r["req"] in mine and r["query_len"] == 1]
+            if not rs:
+                continue
+            n_steps += 1
+            read += sum(r["blocks_read"] for r in rs)
+            total += sum(r["blocks_total"] for r in rs)
+            hook_us.append(st["hook_us"])
+        if n_steps:
+            row.update(kept_block_fraction=round(read / total, 4), kept_source="hook",
+                       kv_blocks_read_per_step=read / n_steps,
+                       kv_blocks_full_per_step=total / n_steps, hook_steps=n_steps,
+                       hook_us_per_step=round(sum(hook_us) / n_steps, 1))
+        else:
+            row["note"] = "the hook recorded no decode step for these requests"

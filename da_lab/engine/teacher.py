@@ -1,0 +1,55 @@
+"""Teacher forcing on a live Lab: replay a token stream through the engine and read the
+model's own greedy choice at every position.
+
+The director writes every output token of the stream (so the tags in it, and with them the
+hook's mask history, are those of the run that produced it), and the request asks for
+logprobs: vLLM computes them from the logits before the hook overrides the sampled token, so
+the top-1 token of each position is what the model would have chosen there. Comparing two
+engines (compiled vs eager) this way covers every position, not only those before their first
+divergence."""
+
+from __future__ import annotations
+
+from da_lab.core.layout import DAPrompt
+
+
+def top1(logprobs: dict) -> int:
+    """The rank-1 token of one position's logprobs ({token id: Logprob})."""
+    return min(logprobs.items(), key=lambda kv: kv[1].rank)[0]
+
+
+def forced_argmax(lab, prompt: DAPrompt | list[int], tokens: list[int], *,
+                  request_id: str) -> list[int]:
+    """The model's greedy token at each of `tokens`' positions when `prompt` is followed by
+    exactly `tokens` (all forced). Runs the engine until this request is done; any other
+    request in the Lab must be finished first (their steps would not be recorded)."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    from da_lab.hook.state import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
+
+    if lab.has_unfinished():
+        raise RuntimeError("forced_argmax needs an idle Lab: finish its requests first")
+    if not tokens:
+        return []
+    extra = {EXTRA_ID: request_id, EXTRA_DIRECTOR: [[0, [int(t) for t in tokens]]]}
+    ids = list(prompt.token_ids) if isinstance(prompt, DAPrompt) else list(prompt)
+    if isinstance(prompt, DAPrompt):
+        extra[EXTRA_LAYOUT] = prompt.layout.to_dict()
+    params = SamplingParams(temperature=0.0, max_tokens=len(tokens), ignore_eos=True,
+                            logprobs=1, output_kind=RequestOutputKind.DELTA, extra_args=extra)
+    lab.engine.add_request(request_id, {"prompt_token_ids": ids}, params)
+    got: list[int] = []
+    written: list[int] = []
+    while lab.engine.has_unfinished_requests():
+        for o in lab.engine.step():
+            if o.request_id == request_id:
+                c = o.outputs[0]
+                written += list(c.token_ids)
+                got += [top1(lp) for lp in (c.logprobs or [])]
+        lab.tracker.reset_log()          # these steps are not the Lab's to record
+    lab._kv.invalidate()     # the KV map changed in steps the Lab did not see
+    if written != [int(t) for t in tokens] or len(got) != len(tokens):
+        raise RuntimeError(f"teacher forcing: the engine wrote {len(written)} tokens with "
+                           f"{len(got)} logprobs, not the {len(tokens)} forced ones")
+    return got

