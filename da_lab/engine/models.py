@@ -20,7 +20,6 @@ explicitly, and DA_LAB_MODEL (a name or a folder) overrides the default.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -30,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from da_lab import ASSETS
+from da_lab.engine.cache import fingerprint, lab_home  # noqa: F401  (re-exported)
 
 MODEL_NAME = "da-tiny-v1"
 SEED = 20261129
@@ -192,22 +192,11 @@ def _write(folder: Path) -> None:
               metadata={"format": "pt", "da_lab": MODEL_NAME, "seed": str(SEED)})
 
 
-def lab_home() -> Path:
-    return Path(os.environ.get("DA_LAB_HOME", Path.home() / ".cache" / "da_lab"))
-
-
-def fingerprint(folder: Path) -> str:
-    """sha256 over the checkpoint's files: equal fingerprints mean byte-identical builds."""
-    h = hashlib.sha256()
-    for name in sorted(p.name for p in folder.iterdir() if p.name != "FINGERPRINT"):
-        h.update(name.encode())
-        h.update((folder / name).read_bytes())
-    return h.hexdigest()
-
-
 TRAINED_NAME = "da-tiny-tags"
 TRAINED_DIR = ASSETS / TRAINED_NAME
-MODEL_NAMES = (MODEL_NAME, TRAINED_NAME)
+# A real pretrained model, built from a PyPI wheel on first use (da_lab.engine.smollm2).
+SMOLLM2_NAMES = ("smollm2", "smollm2-da")
+MODEL_NAMES = (MODEL_NAME, TRAINED_NAME, *SMOLLM2_NAMES)
 
 
 def trained_available() -> bool:
@@ -220,9 +209,14 @@ def default_model_name() -> str:
 
 
 def model_path(name: str | Path | None = None) -> Path:
-    """Folder of an embedded model by name ("da-tiny-v1", "da-tiny-tags"), or of the default
-    (DA_LAB_MODEL if set, else `default_model_name()`); any other value is taken as a folder."""
+    """Folder of an embedded model by name ("da-tiny-v1", "da-tiny-tags", "smollm2",
+    "smollm2-da"), or of the default (DA_LAB_MODEL if set, else `default_model_name()`); any
+    other value is taken as a folder."""
     name = name or os.environ.get("DA_LAB_MODEL") or default_model_name()
+    if str(name) in SMOLLM2_NAMES:
+        from da_lab.engine import smollm2
+
+        return smollm2.build(str(name))
     if str(name) == MODEL_NAME:
         return build_random_model()
     if str(name) == TRAINED_NAME:
