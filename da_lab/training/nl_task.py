@@ -294,10 +294,14 @@ def make_sample(rng: np.random.Generator, *, heldout: bool = False, kind: str | 
     tag = tag_text(directive)
     tag_ids = tok.encode(tag)
     response = tag_ids + tok.encode(" " + reply) + [tok.eos_id]
+    ekind_attr = attr_key or (None, None)
+    holders = sorted(chunk_of[i] for i, e in enumerate(ents) if e["kind"] == ekind_attr[0]
+                     and e["values"][ekind_attr[1]] in vals)
     meta = {"question": q, "attr": attr_key[1] if attr_key else ("echo" if "name" in q
                                                                  else "sum"),
             "values": vals, "candidates": [normalise(c) for c in cands], "n_chunks": n,
-            "names": [e["name"] for e in ents], "heldout": heldout}
+            "names": [e["name"] for e in ents], "targets": [e["name"] for e in ents[:targets]],
+            "holders": holders, "heldout": heldout}
     return Sample(prompt, response, tag, directive, reply, kind, len(tag_ids) - 1,
                   tuple(normalise(v) for v in vals), meta)
 
