@@ -111,7 +111,7 @@ def parse_args(argv=None):
     ap.add_argument("--batch", type=int, default=32, help="samples per step at most")
     ap.add_argument("--batch-tokens", type=int, default=65536,
                     help="prompt tokens per step at most (long contexts: fewer samples)")
-    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup", type=int, default=40)
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--alpha", type=float, default=32.0)
@@ -173,10 +173,14 @@ def _train_loop(args, device, model, opt, params, batches, probe, t_start) -> di
     autocast = device.type == "cuda"
 
     def lr_at(step: int) -> float:
+        """Warmup, then cosine to 10% over the run; with a time budget the run's progress is
+        the larger of steps done and budget spent, so a budget-bound run still decays."""
         if step < args.warmup:
             return args.lr * (step + 1) / args.warmup
-        u = min(1.0, (step - args.warmup) / max(1, args.steps - args.warmup))
-        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * u)))
+        u = (step - args.warmup) / max(1, args.steps - args.warmup)
+        if args.time_budget_s:
+            u = max(u, (time.perf_counter() - t_start) / args.time_budget_s)
+        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, u))))
 
     losses, history, step, stopped, t0 = [], [], 0, "steps", time.perf_counter()
     model.train()
