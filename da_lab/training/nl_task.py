@@ -5,7 +5,7 @@ C1..Cn, prose paragraphs about people (birth year and city, job, books) and town
 year, inhabitants, river, bridges), then a question; and the reply the model should write:
 
     <|im_start|>system ...how to tag...<|im_end|> <|im_start|>user Here are the documents.
-    Document C1: Ilse Brandt was born in 1962. ... padding to whole 32-token blocks
+    Document C1: Ilse Brandt. Ilse Brandt was born in 1962. ...   padded to whole 32-token blocks
     ...                                                    8..32 chunks, ~1k..7k tokens
     Question: In which year was Mara Olsen born?<|im_end|> <|im_start|>assistant
     <focus C7> Mara Olsen was born in 1987.<|im_end|>       the target reply
@@ -193,9 +193,9 @@ def _entities(rng, n: int, targets: int, kind: str | None, attr: str | None,
 
 
 def _paragraph(rng, ent: dict, label: int, cap: int, tok: ChatTokens) -> str:
-    """The entity's facts in shuffled order, with prose fillers inserted while the text stays
-    within about `cap` tokens (counted sentence by sentence: the pre-tokenizer splits before a
-    space, so the counts add up); the chunk is later padded to whole blocks."""
+    """A title, the entity's facts in shuffled order, and prose fillers inserted while the text
+    stays within about `cap` tokens (counted sentence by sentence: the pre-tokenizer splits
+    before a space, so the counts add up); the chunk is later padded to whole blocks."""
     n = ent["name"]
     facts = []
     for a, v in ent["values"].items():
@@ -204,7 +204,9 @@ def _paragraph(rng, ent: dict, label: int, cap: int, tok: ChatTokens) -> str:
         facts.append(text.format(n=n, v=v, art=W.article(v)))
     facts = [facts[i] for i in rng.permutation(len(facts))]
     fillers = W.PERSON_FILLERS if ent["kind"] == "person" else W.TOWN_FILLERS
-    head = f"Document C{label}:"
+    # A title (the entity's name right after the chunk's label), as documents have: the tag
+    # is then a copy of the label before the name the question asks about.
+    head = f"Document C{label}: {n}."
     used = len(tok.encode(head)) + 1 + sum(len(tok.encode(" " + f)) for f in facts)
     for i in rng.permutation(len(fillers)):
         text = fillers[i].format(n=n)
