@@ -16,6 +16,7 @@ def tracker(tiny_model, script):
 
 def step(t, extra, outputs, seq_len, q):
     rows = np.zeros((1, 16), dtype=np.int32)
+    t.begin_step()
     return t.rewrite(["a"], [outputs], [extra], rows.__getitem__, np.array([seq_len]),
                      np.array([q]))
 
@@ -37,9 +38,9 @@ def test_tokens_the_hook_has_not_seen_are_counted(tiny_model):
     P = layout.prompt_len
     step(t, extra, [], P, P)
     step(t, None, [], P + 1, 1)      # output 0 sampled, its copy not landed yet (async)
-    assert t.steps[-1]["requests"][0]["tokens_unseen"] == 1
+    assert t.steps[-1].requests[0].tokens_unseen == 1
     step(t, None, [4, 4], P + 2, 1)
-    assert t.steps[-1]["requests"][0]["tokens_unseen"] == 0
+    assert t.steps[-1].requests[0].tokens_unseen == 0
 
 
 def test_token_ids_outside_the_tokenizer_are_an_event_not_a_crash(tiny_model):

@@ -10,7 +10,7 @@ import pytest
 from da_lab.trace import load
 from da_lab_widgets import (BlocksDiagram, DAHookDiagram, Highlight, LiveSource, Player,
                             TraceSource, kv_state)
-from da_lab_widgets.blocks import CACHED, FREE, HL, MASKED
+from da_lab_widgets.rows import CACHED, FREE, HL, MASKED
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 SEED = TRACES / "seed_cpu.jsonl.gz"

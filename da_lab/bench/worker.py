@@ -147,7 +147,7 @@ class Recorder:
                                                 "initial_kv": self.kv.changes_from_empty()})
         self.step_index = 0
         self.added: list[dict] = []
-        self.hook_log: list[dict] = []
+        self.hook_log: list = []   # hook/context.HookStep
         self.seconds = 0.0
 
     def on_step(self, outs, wall: float) -> None:
@@ -160,7 +160,7 @@ class Recorder:
         rec = step_record(self.step_index, wall, hook, outs, self.added)
         self.added = []
         rec.kv = self.kv.update()
-        self.writer.write(rec.raw())
+        self.writer.write(rec)
         self.step_index += 1
         self.seconds += time.perf_counter() - t0
 
@@ -355,7 +355,7 @@ class Child:
             self.recorder.on_step(outs, time.perf_counter() - t0)
         return n
 
-    def hook_log(self) -> list[dict]:
+    def hook_log(self) -> list:
         if not self.plugin:
             return []
         if self.recorder is not None:
@@ -498,10 +498,8 @@ class Child:
                 if self.recorder is not None:
                     self.recorder.skipped_steps()
             if self.plugin:
-                from da_lab.hook.director import LIVE
-
                 for r in rids:
-                    LIVE.pop(r, None)
+                    self.tracker.end_script(r)
                 self.hook_log()
 
     def measure(self, context, batch, layout, length, rids, steps, prof_steps) -> dict:
@@ -535,13 +533,13 @@ class Child:
             hook_us = []
             mine = set(rids)
             for st in log:
-                rs = [r for r in st["requests"] if r["req"] in mine and r["query_len"] == 1]
+                rs = [r for r in st.requests if r.req in mine and r.query_len == 1]
                 if not rs:
                     continue
                 n_steps += 1
-                read += sum(r["blocks_read"] for r in rs)
-                total += sum(r["blocks_total"] for r in rs)
-                hook_us.append(st["hook_us"])
+                read += sum(r.blocks_read for r in rs)
+                total += sum(r.blocks_total for r in rs)
+                hook_us.append(st.hook_us)
             row["kept_block_fraction_expected"] = round(expected, 4)
             if n_steps:
                 row.update(kept_block_fraction=round(read / total, 4), kept_source="hook",

@@ -34,7 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-from da_lab.trace.io import ROW_GROUP_SIZE, TraceError, TraceWriter, _dumps, _format_of, check_writable
+from da_lab.core.record import StepRecord
+from da_lab.trace.format import ROW_GROUP_SIZE, TraceError, _dumps, _format_of, check_writable
+from da_lab.trace.writer import TraceWriter
 
 __all__ = ["ProcessTraceWriter", "ArrayReuseEncoder"]
 
@@ -87,7 +89,8 @@ class ProcessTraceWriter:
         atexit.register(self._at_exit)
 
     # ---- this process ----------------------------------------------------------------------
-    def write(self, record: dict) -> None:
+    def write(self, record: StepRecord | dict) -> None:
+        """Queue one record (a StepRecord, pickled with its numpy rows; or its JSON dict)."""
         if self._closed:
             raise TraceError(f"{self.path}: write() after close()")
         self._raise_child_error()
@@ -226,9 +229,9 @@ def _sendable(e: BaseException) -> BaseException:
 # ---- encoding --------------------------------------------------------------------------------
 class ArrayReuseEncoder:
     """`_dumps(record)`, exactly, for records holding numpy arrays (the hook's block rows),
-    faster when arrays repeat: within a step a request's staged, kernel and built rows are
-    often equal, and from one step to the next a row only grows by a block every block_size
-    tokens. Each distinct array is encoded once and reused while it keeps appearing.
+    faster when arrays repeat: from one step to the next a request's staged row only grows by
+    a block every block_size tokens, and its kept blocks change only with its directive. Each
+    distinct array is encoded once and reused while it keeps appearing.
 
     The arrays of a record's requests and metadata are swapped for placeholder strings, the
     rest is encoded by json, and the placeholders are replaced by the arrays' JSON text."""
