@@ -100,6 +100,11 @@ class ProcessTraceWriter:
         self._pending.put(data)
         self.count += 1
 
+    def wait_sent(self) -> None:
+        """Return once every record written so far is in the pipe to the child (from then on
+        it reaches the file even if this process dies)."""
+        self._pending.join()
+
     def close(self) -> None:
         if self._closed:
             return
@@ -132,12 +137,14 @@ class ProcessTraceWriter:
             data = self._pending.get()
             if data is None:
                 break
-            if broken:
-                continue            # keep draining so write() never blocks on a dead child
             try:
-                self._records.send_bytes(data)
+                if not broken:      # else keep draining so write() never blocks on a dead child
+                    self._records.send_bytes(data)
             except OSError:         # the child died; _receive() says why
                 broken = True
+            finally:
+                self._pending.task_done()
+        self._pending.task_done()
         self._records.close()       # the child's EOF: write the rest, close the file
 
     def _receive(self) -> tuple[str, object]:
