@@ -51,3 +51,46 @@ def test_token_ids_outside_the_tokenizer_are_an_event_not_a_crash(tiny_model):
     st = t.requests["a"]
     assert st.n_seen == 2
     assert [e["kind"] for e in st.events] == ["undecodable_token"]
+
+
+# ---- a vLLM whose runner calls differ must not switch DA off silently -------------------------
+def test_an_unknown_metadata_call_raises_naming_the_supported_versions():
+    import pytest
+
+    from da_lab.hook import SUPPORTED, context
+    from da_lab.hook.errors import DAUnsupported
+    from da_lab.hook.runners import v1
+
+    calls = []
+
+    def orig(self, *args, **kwargs):
+        calls.append(kwargs)
+        return "built"
+
+    build = v1._wrap_build_attention_metadata(orig)
+    dummy = v1._wrap_dummy_run(lambda self: build(self, num_tokens=1, num_reqs=1))
+    assert dummy(object()) == "built" and context.current().dummy == 0   # a dummy run passes
+    with pytest.raises(DAUnsupported) as e:       # a real step without the step's keywords
+        build(object(), num_tokens=8, num_reqs=1)
+    msg = str(e.value)
+    assert "\n" not in msg and all(v in msg for v in SUPPORTED) and len(calls) == 1
+
+
+def test_a_runner_without_the_known_signature_is_refused():
+    import pytest
+
+    from da_lab.hook.errors import DAUnsupported
+    from da_lab.hook.runners import v1
+
+    class Runner:
+        def _build_attention_metadata(self, num_tokens, num_reqs):   # no num_scheduled_tokens
+            return None
+
+        _dummy_run = _sample = execute_model = get_kv_cache_spec = initialize_kv_cache = \
+            _build_attention_metadata
+
+    with pytest.raises(DAUnsupported, match="takes no num_scheduled_tokens"):
+        v1.check_runner(Runner)
+    del Runner._sample
+    with pytest.raises(DAUnsupported, match=r"Runner has no _sample\(\)"):
+        v1.check_runner(Runner)

@@ -277,7 +277,6 @@ class Tracker:
                 new_seq[i] = seq_len - (n_blocks - len(kept)) * bs
                 rows.append(i)
                 kepts.append(kept)
-            # The kept array is shared with the decision cache: never written.
             rec = RequestStep(st.da_id, i, bs, seq_len, q, st.directive_dict(),
                               st.stream.buffer, st.n_seen,
                               # sampled but not yet seen by the tag machine (async: <= 1)

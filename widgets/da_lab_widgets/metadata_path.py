@@ -151,10 +151,8 @@ class MetadataPathDiagram:
     def _x(self, k: int) -> float:
         return k * PITCH
 
-    def _build_figure(self):
-        import plotly.graph_objects as go
-
-        shapes, notes = [], []
+    def _stage_boxes(self, shapes: list, notes: list) -> None:
+        """One box per stage, its title and subtitle, and an arrow with what flows on."""
         n = len(self.stages)
         for k, st in enumerate(self.stages):
             x = self._x(k)
@@ -179,6 +177,13 @@ class MetadataPathDiagram:
                 notes.append(dict(x=(x + BOX_W / 2 + x1) / 2, y=0.06, yanchor="bottom",
                                   text=st.flows, showarrow=False,
                                   font=dict(size=9, color="#666")))
+
+    def _build_figure(self):
+        import plotly.graph_objects as go
+
+        shapes, notes = [], []
+        n = len(self.stages)
+        self._stage_boxes(shapes, notes)
         # The DA hook sits on the builder's build() call: a bracket ties the two boxes.
         hb, bb = self._x(self.hook_frame), self._x(self.hook_frame + 1)
         shapes.append(dict(type="path", path=f"M {hb} {BOX_H / 2} L {hb} {BOX_H / 2 + 0.25} "

@@ -119,11 +119,16 @@ WRAPS = (("_build_attention_metadata", _wrap_build_attention_metadata),
 def install() -> None:
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
+    check_runner(GPUModelRunner)
+    patch_methods(GPUModelRunner, WRAPS)
+
+
+def check_runner(cls) -> None:
+    """Refuse a runner class whose methods are not the ones the wrappers were written for."""
     for name, _ in WRAPS:
-        if not callable(getattr(GPUModelRunner, name, None)):
-            raise _unknown_call(f"GPUModelRunner has no {name}()")
-    params = inspect.signature(GPUModelRunner._build_attention_metadata).parameters
+        if not callable(getattr(cls, name, None)):
+            raise _unknown_call(f"{cls.__name__} has no {name}()")
+    params = inspect.signature(cls._build_attention_metadata).parameters
     missing = [k for k in _STEP_KEYWORDS if k not in params]
     if missing:
         raise _unknown_call(f"_build_attention_metadata takes no {', '.join(missing)}")
-    patch_methods(GPUModelRunner, WRAPS)
