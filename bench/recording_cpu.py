@@ -8,7 +8,7 @@ tracker, StepRecord and the trace writers are the real ones.
 Per decode step, in ms, each piece old way vs new way:
   kv      kvmap.snapshot + diff (whole pool)      vs  KVTracker.update (changed blocks only)
   hook    Tracker.rewrite with record_rows on, minus off (the rows' cost; old: lists)
-  write   StepRecord.to_dict + TraceWriter.write  vs  raw() + ProcessTraceWriter.write
+  write   StepRecord.to_json + TraceWriter.write  vs  the record + ProcessTraceWriter.write
           (in this thread; the new writer's child process does the encoding meanwhile)
 Rows grow by one block every 16 steps, as in decode. The engine itself is not simulated. At
 least 512 steps are timed, so the writer's bounded queue (16 records) fills many times over and
@@ -97,12 +97,11 @@ def hook_step(tracker: Tracker, eng: FakeEngine, seq_len: int, first: bool, list
     tracker.rewrite(rids, [None] * BATCH, extra, table.__getitem__,
                     np.full(BATCH, seq_len), np.ones(BATCH, dtype=np.int64))
     step = tracker.steps[-1]
-    for rec in step["requests"]:     # what note_built adds: the built row
-        rec["built_seq_len"] = seq_len
-        rec["built_row"] = rec.get("kernel_row")
-        if lists and tracker.record_rows:   # the old hook: every row as a Python list
-            for k in ("staged_row", "kept_logical", "kernel_row", "built_row"):
-                rec[k] = rec[k].tolist()
+    for rec in step.requests:     # what note_built adds: the built row (equal: not stored)
+        rec.note_built(seq_len, rec.kernel_row)
+        if lists and tracker.record_rows:   # the old hook made every row a Python list
+            for row in (rec.staged_row, rec.kept, rec.kernel_row, rec.read_row):
+                row.tolist()
     return time.perf_counter() - t0
 
 
@@ -138,13 +137,13 @@ def run_way(way: str, layout, steps: int, fmt: str, out: Path, res: dict) -> lis
             rec.kv = kv.update()
         t1 = time.perf_counter()
         t_first = t_first or t1
-        writer.write(rec.to_dict() if way == "old" else rec.raw())
+        writer.write(rec.to_json() if way == "old" else rec)
         t2 = time.perf_counter()
         tracker_off.reset_log()
         add(f"kv+record {way}", t1 - t0)
         add(f"write {way}", t2 - t1)
         if way == "new":
-            live.append((rec, rec.raw()))
+            live.append(rec)
     t_close = time.perf_counter()
     writer.close()
     t_end = time.perf_counter()
@@ -160,8 +159,8 @@ def child_pace(live: list, fmt: str, out: Path) -> dict:
     t0 = time.perf_counter()
     with ProcessTraceWriter(out / f"pace.{fmt}", {"provenance": {}}) as w:
         t1 = time.perf_counter()
-        for _, raw in live:
-            w.write(raw)
+        for rec in live:
+            w.write(rec)
         t2 = time.perf_counter()
     t3 = time.perf_counter()
     return {"start_s": t1 - t0, "records": len(live), "all_s": t3 - t1,
@@ -185,10 +184,11 @@ def main() -> None:
     live = run_way("new", layout, args.steps, args.format, out, res)
 
     def same(records):      # everything but the measured times
-        return [{k: v for k, v in r.items() if k not in ("hook_us", "wall_s")} for r in records]
+        return [{k: v for k, v in r.to_json().items() if k not in ("hook_us", "wall_s")}
+                for r in records]
 
     old, new = load(out / f"old.{args.format}"), load(out / f"new.{args.format}")
-    assert same(old.records) == same(new.records) == same(r.to_dict() for r, _ in live)
+    assert same(old.records) == same(new.records) == same(live)
     print(f"batch {BATCH}, context {CONTEXT}, block size {BS}, pool {pool_size(args.steps)} "
           f"blocks, {args.steps} decode steps, {args.format}; ms per step (mean / max):")
     for k, v in res.items():

@@ -17,13 +17,12 @@ def demo_rows(records, rid: str) -> list[dict]:
     """The demo's per-step rows for one request, from live or replayed step records."""
     rows = []
     for rec in records:
-        rec = rec if isinstance(rec, dict) else rec.to_dict()
-        h = next((r for r in rec["requests"] if r["req"] == rid and "mode" in r), None)
-        if h is None:
+        h = rec.request(rid)
+        if h is None or not h.hooked:
             continue
-        rows.append({"step": rec["step"], "mode": h["mode"], "tag_buffer": h["tag_buffer"],
-                     "text": h.get("new_text", ""), "blocks_total": h["blocks_total"],
-                     "blocks_read": h["blocks_read"]})
+        rows.append({"step": rec.step, "mode": h.mode, "tag_buffer": h.tag_buffer,
+                     "text": h.new_text or "", "blocks_total": h.blocks_total,
+                     "blocks_read": h.blocks_read})
     return rows
 
 
@@ -39,7 +38,13 @@ def _emit(doc: dict, as_json: bool, out) -> None:
               f"  {r['blocks_read']:>4}  {r['text']!r}")
 
 
+_PROVENANCE = ("vllm", "device", "model", "runner", "block_size")
+
+
 def _doc(prov: dict, rows: list[dict]) -> dict:
+    missing = [k for k in _PROVENANCE if k not in prov]
+    if missing:
+        raise ValueError(f"the header's provenance lacks {', '.join(missing)}")
     return {"engine": prov["vllm"], "device": prov["device"], "model": prov["model"],
             "runner": prov["runner"], "block_size": prov["block_size"], "steps": rows}
 
@@ -95,11 +100,16 @@ def cmd_replay(args) -> int:
     except TraceError as e:
         print(f"da-lab: {e}", file=sys.stderr)
         return 2
-    rid = args.request or next((a["req"] for r in tr for a in r.get("added", [])), None)
+    rid = args.request or next((a["req"] for r in tr for a in r.added), None)
     if rid is None:
         print(f"da-lab: {args.file}: the trace adds no request", file=sys.stderr)
         return 2
-    _emit(_doc(tr.provenance, demo_rows(tr.records, rid)), args.json, sys.stdout)
+    try:
+        doc = _doc(tr.provenance, demo_rows(tr.records, rid))
+    except ValueError as e:
+        print(f"da-lab: {args.file}: {e}", file=sys.stderr)
+        return 2
+    _emit(doc, args.json, sys.stdout)
     return 0
 
 

@@ -33,25 +33,25 @@ def test_blocks_read_follow_the_tags(lab):
     _, steps, state, _ = run(lab, prompt, SCENARIO)
     by_mode = {}
     for s in steps:
-        by_mode.setdefault(s["mode"], []).append(s)
-    modes = [s["mode"] for s in steps]
+        by_mode.setdefault(s.mode, []).append(s)
+    modes = [s.mode for s in steps]
     # Each tag applies from the step after its '>' was sampled, in stream order.
     assert modes.index("focus") < modes.index("local") < len(modes) - modes[::-1].index("global")
     before = [s for s in steps[: modes.index("focus")]]
-    assert all(s["blocks_read"] == s["blocks_total"] >= 26 for s in before)
-    assert all(s["blocks_read"] <= 10 for s in by_mode["focus"])
-    assert max(s["blocks_read"] for s in by_mode["local"]) < min(
-        s["blocks_read"] for s in by_mode["focus"])
+    assert all(s.blocks_read == s.blocks_total >= 26 for s in before)
+    assert all(s.blocks_read <= 10 for s in by_mode["focus"])
+    assert max(s.blocks_read for s in by_mode["local"]) < min(
+        s.blocks_read for s in by_mode["focus"])
     after = steps[modes.index("local") + len(by_mode["local"]):]
-    assert after and all(s["mode"] == "global" and s["blocks_read"] == s["blocks_total"]
+    assert after and all(s.mode == "global" and s.blocks_read == s.blocks_total
                          for s in after)
     # What the builder received is what the decision said, a subsequence of the staged row.
     for s in steps:
-        assert s["built_row"] == s["kernel_row"]
-        staged = s["staged_row"]
-        it = iter(staged)
-        assert all(b in it for b in s["built_row"])
-        assert s["built_seq_len"] == s["attn_seq_len"]
+        assert s.built_row is None          # stored only where it differs from the hook's row
+        assert s.read_row.tolist() == s.kernel_row.tolist()
+        it = iter(s.staged_row.tolist())
+        assert all(b in it for b in s.read_row.tolist())
+        assert s.built_seq_len == s.attn_seq_len
     kinds = [e["kind"] for e in state.events]
     assert kinds.count("tag_trapped") == 3 and kinds.count("mode_changed") == 3
 
@@ -70,7 +70,7 @@ def test_oracle_focus_only(lab, reference):
     prompt = lab.seed_prompt()
     _, steps, state, rid = run(lab, prompt, [(2, "<focus C1,C12>")], max_tokens=24)
     last = steps[-1]   # scaffold + C1 and C12 (2 blocks each) + tail/response blocks 25..
-    assert last["mode"] == "focus" and last["blocks_read"] == 5 + last["blocks_total"] - 25
+    assert last.mode == "focus" and last.blocks_read == 5 + last.blocks_total - 25
     r = oracle(lab, reference, prompt, rid, state)
     assert r.mismatches_masked == [] and r.mismatches_unmasked
 
@@ -79,7 +79,7 @@ def test_oracle_local_recent_blocks(lab, reference):
     prompt = lab.seed_prompt()
     # <local 1> keeps only the newest response block besides the scaffold and the tail.
     _, steps, state, rid = run(lab, prompt, [(1, "<local 1>")], max_tokens=60)
-    assert {s["blocks_read"] for s in steps if s["mode"] == "local"} <= {2, 3}
+    assert {s.blocks_read for s in steps if s.mode == "local"} <= {2, 3}
     r = oracle(lab, reference, prompt, rid, state)
     assert r.mismatches_masked == [] and r.mismatches_unmasked
 
@@ -91,7 +91,7 @@ def test_bad_tags_are_events_not_crashes(lab):
     kinds = [e["kind"] for e in state.events]
     assert kinds == ["unknown_chunk", "malformed_tag", "malformed_tag"]
     assert "C13" in state.events[0]["detail"]
-    assert all(s["mode"] == "global" and s["blocks_read"] == s["blocks_total"] for s in steps)
+    assert all(s.mode == "global" and s.blocks_read == s.blocks_total for s in steps)
 
 
 def test_abort_mid_tag_warns_and_engine_goes_on(lab):
@@ -115,7 +115,7 @@ def test_concurrent_requests_do_not_affect_each_other(lab):
     solo_local, *_ = run(lab, prompt, [(3, "<local>")], max_tokens=20)
     a = lab.add_request(prompt, tags=[(2, "<focus C5>")], max_tokens=20)
     b = lab.add_request(prompt, tags=[(3, "<local>")], max_tokens=20)
-    batched = [res for res in lab.run() if len([r for r in res.requests if "mode" in r]) == 2]
+    batched = [res for res in lab.run() if len([r for r in res.requests if r.hooked]) == 2]
     assert batched, "the two requests never ran in the same step"
     assert lab.requests[a]["token_ids"] == solo_focus
     assert lab.requests[b]["token_ids"] == solo_local
@@ -169,7 +169,7 @@ STOCK = textwrap.dedent("""
 def test_plugin_without_tags_equals_stock_vllm(lab, tmp_path):
     prompt = lab.seed_prompt()
     toks, steps, _, _ = run(lab, prompt, max_tokens=24)
-    assert all(s["blocks_read"] == s["blocks_total"] for s in steps)
+    assert all(s.blocks_read == s.blocks_total for s in steps)
     script = tmp_path / "stock.py"
     script.write_text(STOCK)
     out = subprocess.run([sys.executable, str(script), lab.model, json.dumps(prompt.token_ids)],
@@ -240,7 +240,7 @@ def test_layout_travels_with_the_request_to_another_process(lab, tmp_path):
     prompt = lab.seed_prompt()
     tags = [(2, "<local>")]
     toks, steps, _, rid = run(lab, prompt, tags, max_tokens=30)
-    assert any(s["blocks_read"] < s["blocks_total"] for s in steps)
+    assert any(s.blocks_read < s.blocks_total for s in steps)
     extra = {"da_layout": prompt.layout.to_dict(), "da_id": "mp",
              "da_director": [[at, lab.encode(t)] for at, t in tags]}
     script = tmp_path / "mp.py"
@@ -262,7 +262,7 @@ def test_steering_a_running_request(lab, reference):
     at = lab.steer(rid, "<focus C3,C7>")
     assert at == 4
     recs = lab.run()
-    modes = [r.request(rid)["mode"] for r in recs if r.request(rid) and "mode" in r.request(rid)]
+    modes = [r.request(rid).mode for r in recs if r.request(rid) and r.request(rid).hooked]
     assert modes[-1] == "focus"
     text = lab.requests[rid]["text"]
     assert "<focus C3,C7>" in text

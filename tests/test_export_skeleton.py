@@ -37,8 +37,7 @@ def _texts(fig) -> str:
 def _focus_step(trace) -> int:
     """The first step where the hook shortened a request (a FOCUS/LOCAL step)."""
     return next(i for i, r in enumerate(trace.records)
-                if any(h.get("seq_len") and h["attn_seq_len"] < h["seq_len"]
-                       for h in r["requests"]))
+                if any(h.hooked and h.attn_seq_len < h.seq_len for h in r.requests))
 
 
 # ---- diagram 1 -------------------------------------------------------------------------------
@@ -74,14 +73,14 @@ def test_skeleton_marks_the_steps_attention_call(trace):
     d = SkeletonDiagram(trace.header, Highlight())
     for i in (0, _focus_step(trace)):
         rec = trace.records[i]
-        md = rec["metadata"]
+        md = rec.metadata
         d.show(trace.records, i)
         note = d.figure.layout.annotations[d._step_note].text
-        n_tok = md["query_start_loc"][-1] - md["query_start_loc"][0]
-        assert f"<b>step {rec['step']}</b>" in note
-        assert f"backend <b>{md['backend']}</b>" in note
+        n_tok = md.query_start_loc[-1] - md.query_start_loc[0]
+        assert f"<b>step {rec.step}</b>" in note
+        assert f"backend <b>{md.backend}</b>" in note
         assert f"{n_tok} query token" in note
-        assert str(md["seq_lens"]) in note
+        assert str(md.seq_lens.tolist()) in note
         for k in d._attn_boxes:
             assert d.figure.layout.shapes[k].line.width == 3
 
@@ -105,7 +104,7 @@ def test_one_backend_is_computed_from_the_skeleton(trace):
 def test_metadata_path_packet_carries_the_steps_values(trace):
     i = _focus_step(trace)
     rec = trace.records[i]
-    h = next(h for h in rec["requests"] if "seq_len" in h)
+    h = next(h for h in rec.requests if h.hooked)
     impl = next(s["impl"] for s in trace.header["skeleton"]["slots"] if s["slot"] == "attention")
     hl = Highlight()
     d = MetadataPathDiagram(trace.header, hl)
@@ -116,36 +115,36 @@ def test_metadata_path_packet_carries_the_steps_values(trace):
     assert d.frame == 0 and d.figure.data[0].x[0] == d._x(0)
     hover = d.figure.data[0].hovertext[0]
     full = step_values(rec)["seq_lens_full"]
-    assert full[h["row"]] == h["seq_len"]
+    assert full[h.row] == h.seq_len
     assert f"seq_lens full   {full}" in hover
-    assert f"seq_lens kernel {rec['metadata']['seq_lens']}" in hover
-    assert impl in hover and str(rec["metadata"]["block_table_shape"]) in hover
+    assert f"seq_lens kernel {rec.metadata.seq_lens.tolist()}" in hover
+    assert impl in hover and str(list(rec.metadata.block_table_shape)) in hover
     values = d.figure.layout.annotations[d._values_note].text
     assert f"impl {impl}" in values
-    assert f"blocks staged {len(h['staged_row'])}" in values
-    assert f"blocks read {h['blocks_read']}" in values
+    assert f"blocks staged {len(h.staged_row)}" in values
+    assert f"blocks read {h.blocks_read}" in values
 
     # Showing the same step again moves the packet one box on; a pass wraps around.
     d.show(trace.records, i)
     assert d.frame == 1 and d.figure.data[0].x[0] == d._x(1)
     d.show(trace.records, i, frame=d.hook_frame)
     card = d.figure.layout.annotations[d._card].text
-    assert f"seq_len {h['seq_len']} → {h['attn_seq_len']}" in card
+    assert f"seq_len {h.seq_len} → {h.attn_seq_len}" in card
     d.show(trace.records, i, frame=len(d.stages) - 1)
     card = d.figure.layout.annotations[d._card].text
     assert impl in card
-    assert f"reads {h['blocks_read']} of {len(h['staged_row'])} blocks" in card
+    assert f"reads {h.blocks_read} of {len(h.staged_row)} blocks" in card
     d.show(trace.records, i)
     assert d.frame == 0                          # wrapped: the next pass
     d.show(trace.records, i + 1)
     assert d.frame == 0 and d.step_i == i + 1    # a new step starts at the first box
 
     # The shared highlight: a staged block the kernel skips is reported as hidden.
-    hidden = next(b for b in h["staged_row"] if b not in h["built_row"])
+    hidden = next(b for b in h.staged_row.tolist() if b not in h.read_row.tolist())
     d.show(trace.records, i)
     hl.set(hidden, "test")
     assert "hidden" in d.figure.layout.annotations[d._hl_note].text
-    hl.set(h["built_row"][0], "test")
+    hl.set(int(h.read_row[0]), "test")
     assert "read by the kernel" in d.figure.layout.annotations[d._hl_note].text
 
 

@@ -16,6 +16,7 @@ def tracker(tiny_model, script):
 
 def step(t, extra, outputs, seq_len, q):
     rows = np.zeros((1, 16), dtype=np.int32)
+    t.begin_step()
     return t.rewrite(["a"], [outputs], [extra], rows.__getitem__, np.array([seq_len]),
                      np.array([q]))
 
@@ -37,9 +38,9 @@ def test_tokens_the_hook_has_not_seen_are_counted(tiny_model):
     P = layout.prompt_len
     step(t, extra, [], P, P)
     step(t, None, [], P + 1, 1)      # output 0 sampled, its copy not landed yet (async)
-    assert t.steps[-1]["requests"][0]["tokens_unseen"] == 1
+    assert t.steps[-1].requests[0].tokens_unseen == 1
     step(t, None, [4, 4], P + 2, 1)
-    assert t.steps[-1]["requests"][0]["tokens_unseen"] == 0
+    assert t.steps[-1].requests[0].tokens_unseen == 0
 
 
 def test_token_ids_outside_the_tokenizer_are_an_event_not_a_crash(tiny_model):
@@ -50,3 +51,46 @@ def test_token_ids_outside_the_tokenizer_are_an_event_not_a_crash(tiny_model):
     st = t.requests["a"]
     assert st.n_seen == 2
     assert [e["kind"] for e in st.events] == ["undecodable_token"]
+
+
+# ---- a vLLM whose runner calls differ must not switch DA off silently -------------------------
+def test_an_unknown_metadata_call_raises_naming_the_supported_versions():
+    import pytest
+
+    from da_lab.hook import SUPPORTED, context
+    from da_lab.hook.errors import DAUnsupported
+    from da_lab.hook.runners import v1
+
+    calls = []
+
+    def orig(self, *args, **kwargs):
+        calls.append(kwargs)
+        return "built"
+
+    build = v1._wrap_build_attention_metadata(orig)
+    dummy = v1._wrap_dummy_run(lambda self: build(self, num_tokens=1, num_reqs=1))
+    assert dummy(object()) == "built" and context.current().dummy == 0   # a dummy run passes
+    with pytest.raises(DAUnsupported) as e:       # a real step without the step's keywords
+        build(object(), num_tokens=8, num_reqs=1)
+    msg = str(e.value)
+    assert "\n" not in msg and all(v in msg for v in SUPPORTED) and len(calls) == 1
+
+
+def test_a_runner_without_the_known_signature_is_refused():
+    import pytest
+
+    from da_lab.hook.errors import DAUnsupported
+    from da_lab.hook.runners import v1
+
+    class Runner:
+        def _build_attention_metadata(self, num_tokens, num_reqs):   # no num_scheduled_tokens
+            return None
+
+        _dummy_run = _sample = execute_model = get_kv_cache_spec = initialize_kv_cache = \
+            _build_attention_metadata
+
+    with pytest.raises(DAUnsupported, match="takes no num_scheduled_tokens"):
+        v1.check_runner(Runner)
+    del Runner._sample
+    with pytest.raises(DAUnsupported, match=r"Runner has no _sample\(\)"):
+        v1.check_runner(Runner)

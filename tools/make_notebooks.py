@@ -93,8 +93,8 @@ player.widget'''),
         md("Step a few times from code too (the ▶ button does the same, one engine step per tick):"),
         code('''for _ in range(14):
     player.step()
-rec = source.records[player.i]["requests"][0]
-print(f"step {player.i}: mode {rec['mode']}, blocks read {rec['blocks_read']} of {rec['blocks_total']}")'''),
+rec = source.records[player.i].requests[0]
+print(f"step {player.i}: mode {rec.mode}, blocks read {rec.blocks_read} of {rec.blocks_total}")'''),
         md("## What you can now explain\n"
            "- Where DA acts in vLLM: at the attention metadata builder, between the committed "
            "block table and the kernel — and why nothing else changes.\n"
@@ -143,9 +143,9 @@ player = Player(source, [blocks])
 player.widget'''),
         code('''for _ in range(20):
     player.step()
-r = source.records[player.i]["requests"][0]
-print("staged row  :", r["staged_row"])
-print("kernel read :", r["built_row"])'''),
+r = source.records[player.i].requests[0]
+print("staged row  :", r.staged_row.tolist())
+print("kernel read :", r.read_row.tolist())'''),
         md("## What you can now explain\n"
            "- The difference between a logical block and a physical block.\n"
            "- Why the staged row and the committed row are the same on the CPU and two copies "
@@ -166,8 +166,8 @@ player = Player(source, [path])
 player.widget'''),
         code('''for _ in range(16):
     player.step()
-m = source.records[player.i]["metadata"]
-print("seq_lens the kernel got:", m["seq_lens"], "| block table shape:", m["block_table_shape"])'''),
+m = source.records[player.i].metadata
+print("seq_lens the kernel got:", m.seq_lens.tolist(), "| block table shape:", m.block_table_shape)'''),
         md("## What you can now explain\n"
            "- Why KV writes (slot mapping) must see the full row while reads see a compacted one.\n"
            "- Why the hook acts at the builder and not between `append_row()` and `commit()`.\n"
@@ -257,9 +257,9 @@ player.widget'''),
     pass
 # The request's last record with hook state (on a GPU the engine's final, asynchronous step
 # only returns the last token).
-r = [q for rec in source.records for q in rec["requests"] if q["req"] == rid and "mode" in q][-1]
+r = [q for rec in source.records for q in rec.requests if q.req == rid and q.hooked][-1]
 print("wrote:", repr(lab.requests[rid]["text"]))
-print(f"mode {r['mode']}, blocks read {r['blocks_read']} of {r['blocks_total']}")'''),
+print(f"mode {r.mode}, blocks read {r.blocks_read} of {r.blocks_total}")'''),
         md("## What you can now explain\n"
            "- How a model can decide where to look: the tag is just text it learned to write, "
            "and the hook turns it into a shorter block-table row one step after its `>`.\n"

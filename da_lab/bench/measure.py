@@ -158,10 +158,8 @@ class Measuring:
             if self.recorder is not None:
                 self.recorder.skipped_steps()
         if self.plugin:
-            from da_lab.hook.director import LIVE
-
             for r in rids:
-                LIVE.pop(r, None)
+                self.tracker.end_script(r)
             self.hook_log()
 
     def timed_windows(self, steps: int, repeats: int) -> tuple[list[float], int, float]:
@@ -228,13 +226,13 @@ class Measuring:
         hook_us = []
         mine = set(rids)
         for st in log:
-            rs = [r for r in st["requests"] if r["req"] in mine and r["query_len"] == 1]
+            rs = [r for r in st.requests if r.req in mine and r.query_len == 1]
             if not rs:
                 continue
             n_steps += 1
-            read += sum(r["blocks_read"] for r in rs)
-            total += sum(r["blocks_total"] for r in rs)
-            hook_us.append(st["hook_us"])
+            read += sum(r.blocks_read for r in rs)
+            total += sum(r.blocks_total for r in rs)
+            hook_us.append(st.hook_us)
         if n_steps:
             row.update(kept_block_fraction=round(read / total, 4), kept_source="hook",
                        kv_blocks_read_per_step=read / n_steps,

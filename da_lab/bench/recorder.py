@@ -30,7 +30,7 @@ class Recorder:
                                                 "initial_kv": self.kv.changes_from_empty()})
         self.step_index = 0
         self.added: list[dict] = []
-        self.hook_log: list[dict] = []
+        self.hook_log: list = []   # hook/context.HookStep
         self.seconds = 0.0
 
     def on_step(self, outs, wall: float) -> None:
@@ -43,7 +43,7 @@ class Recorder:
         rec = step_record(self.step_index, wall, hook, outs, self.added)
         self.added = []
         rec.kv = self.kv.update()
-        self.writer.write(rec.raw())
+        self.writer.write(rec)
         self.step_index += 1
         self.seconds += time.perf_counter() - t0
 

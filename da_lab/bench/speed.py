@@ -31,9 +31,9 @@ def time_modes(chunk_blocks: int = 14, steps: int = 60) -> dict:
             ms, read = [], []
             for rec in lab:
                 r = rec.request(rid)
-                if r and r.get("mode") == name and r["query_len"] == 1:
+                if r and r.mode == name and r.query_len == 1:
                     ms.append(rec.wall_s * 1e3)
-                    read.append(r["blocks_read"])
+                    read.append(r.blocks_read)
             out["modes"][name] = {"step_ms": ms, "blocks_read": read}
         return out
     finally:

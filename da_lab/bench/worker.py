@@ -197,7 +197,7 @@ class Child(Measuring):
             self.recorder.on_step(outs, time.perf_counter() - t0)
         return n
 
-    def hook_log(self) -> list[dict]:
+    def hook_log(self) -> list:
         if not self.plugin:
             return []
         if self.recorder is not None:

@@ -69,7 +69,8 @@ def worker_log(worker=None) -> str:
     return json.dumps({"rank": rank, "pid": os.getpid(), "hook_installed": hook._installed,
                        "tp_communicator": comm,
                        "runner_class": TRACKER.runner_class, "backend": TRACKER.backend,
-                       "device": TRACKER.device, "steps": TRACKER.steps, "requests": reqs,
+                       "device": TRACKER.device, "steps": [s.to_json() for s in TRACKER.steps],
+                       "requests": reqs,
                        "warnings": TRACKER.warnings}, default=_jsonable)
 
 
@@ -154,6 +155,13 @@ def _strip(step: dict) -> dict:
     return {k: v for k, v in step.items() if k not in VOLATILE}
 
 
+def _masked(rec: dict) -> bool:
+    from da_lab.core.record import RequestStep
+
+    r = RequestStep.from_json(rec)
+    return r.blocks_read < r.blocks_total
+
+
 def compare_ranks(logs: list[dict], engine_tokens: dict[str, list[int]]) -> dict:
     """Rank 0's log against every other rank's, step by step and request by request."""
     base = logs[0]
@@ -184,8 +192,7 @@ def compare_ranks(logs: list[dict], engine_tokens: dict[str, list[int]]) -> dict
                 diffs.append(f"rank {lg['rank']} request {rid}: hook saw tokens {got}, the "
                              f"engine returned {toks}")
     recs = [rec for s in base["steps"] for rec in s["requests"]]
-    masked = [sum(rec["blocks_read"] < rec["blocks_total"] for s in lg["steps"]
-                  for rec in s["requests"]) for lg in logs]
+    masked = [sum(_masked(rec) for s in lg["steps"] for rec in s["requests"]) for lg in logs]
     events = [sum(len(st["events"]) for st in lg["requests"].values()) for lg in logs]
     return {"ranks_agree": not diffs and len(logs) > 1, "differences": diffs[:20],
             "steps_compared": len(base["steps"]), "request_records_compared": len(recs),

@@ -10,13 +10,11 @@ import json
 import os
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
 
 from da_lab import __version__
 from da_lab.core.layout import BLOCK_SIZE, DAPrompt, build_prompt, seed_texts
+from da_lab.core.record import RequestStep, StepRecord
 from da_lab.engine import access, kvmap
 from da_lab.engine.env import LAB_ENV, apply_env, engine_name  # noqa: F401 - re-exported
 from da_lab.engine.models import build_tiny_model
@@ -45,80 +43,25 @@ def precheck_model(path: str | Path) -> None:
                          "several KV-cache groups, which the DA hook does not support")
 
 
-@dataclass
-class StepRecord:
-    """Everything one engine step did (../shared/DESIGN.md §5). Live or loaded from a trace,
-    it is the same plain data: `to_dict()` is exactly what a trace stores.
-
-    A live record is built with the hook's block rows and metadata arrays as numpy arrays,
-    which cost nothing to record (a batch of 64 at 8k context holds ~130k block ids); they
-    become lists the first time `requests` or `metadata` is read. The trace writers take
-    `raw()`, which converts nothing: they write the arrays as lists."""
-    step: int
-    wall_s: float
-    hook_us: float = 0.0
-    scheduled: list[dict] = field(default_factory=list)   # [{"req", "query_len"}]
-    requests: list[dict] = field(default_factory=list)    # per request: hook view + new tokens
-    kv: dict = field(default_factory=dict)                # physical KV map changes this step
-    metadata: dict | None = None                          # the attention metadata bundle
-    added: list[dict] = field(default_factory=list)       # requests added before this step
-    warnings: list[dict] = field(default_factory=list)
-    _arrays: bool = field(default=False, repr=False, compare=False)  # numpy arrays inside
-
-    def __getattribute__(self, name: str):
-        if name in ("requests", "metadata"):
-            d = object.__getattribute__(self, "__dict__")
-            if d.get("_arrays"):
-                d["_arrays"] = False
-                d["requests"] = [_lists(r) for r in d["requests"]]
-                if isinstance(d["metadata"], dict):
-                    d["metadata"] = _lists(d["metadata"])
-        return object.__getattribute__(self, name)
-
-    def request(self, da_id: str) -> dict | None:
-        for r in self.requests:
-            if r["req"] == da_id:
-                return r
-        return None
-
-    def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in _FIELDS}
-
-    def raw(self) -> dict:
-        """`to_dict()` without turning arrays into lists."""
-        return {k: self.__dict__[k] for k in _FIELDS}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "StepRecord":
-        return cls(**{k: v for k, v in d.items() if k in _FIELDS})
-
-
-_FIELDS = tuple(f for f in StepRecord.__dataclass_fields__ if not f.startswith("_"))
-
-
-def _lists(d: dict) -> dict:
-    return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in d.items()}
-
-
-def step_record(index: int, wall: float, hook_log: list[dict], outs, added: list[dict],
+def step_record(index: int, wall: float, hook_log: list, outs, added: list[dict],
                 warnings: list[dict] = ()) -> StepRecord:
-    """One engine step's record from the hook's log of it and the engine's outputs."""
+    """One engine step's record: the hook's RequestSteps (hook/context.HookStep, normally one
+    metadata build per step) with the engine's new tokens set on them."""
     hook_us, metadata = 0.0, None
-    by_req: dict[str, dict] = {}
-    for h in hook_log:            # normally one metadata build per step
-        hook_us += h["hook_us"]
-        metadata = h.get("metadata", metadata)
-        for r in h["requests"]:
-            by_req[r["req"]] = dict(r)
+    by_req: dict[str, RequestStep] = {}
+    for h in hook_log:
+        hook_us += h.hook_us
+        metadata = h.metadata or metadata
+        for r in h.requests:
+            by_req[r.req] = r
     for o in outs:
         c = o.outputs[0]
-        d = by_req.setdefault(o.request_id, {"req": o.request_id})
-        d.update(new_token_ids=list(c.token_ids), new_text=c.text, finished=o.finished)
-    requests = list(by_req.values())
-    scheduled = [{"req": r["req"], "query_len": r["query_len"]}
-                 for r in requests if "query_len" in r]
-    return StepRecord(index, wall, hook_us, scheduled, requests, metadata=metadata, added=added,
-                      warnings=list(warnings), _arrays=True)
+        r = by_req.get(o.request_id)
+        if r is None:            # a request the hook does not track
+            r = by_req[o.request_id] = RequestStep(o.request_id)
+        r.set_output(list(c.token_ids), c.text, o.finished)
+    return StepRecord(index, wall, hook_us, list(by_req.values()), metadata=metadata,
+                      added=added, warnings=list(warnings))
 
 
 class Lab:
@@ -235,24 +178,11 @@ class Lab:
         """Make the director write `tag` into a running request's output, starting at its next
         token; the hook then traps it like any tag the model wrote. Returns that output index.
         (The mode never changes beside the stream: this only forces tokens.)"""
-        from da_lab.hook.director import LIVE
-
         r = self.requests.get(rid)
         if r is None or r["finished"]:
             raise ValueError(f"no running request {rid!r} to steer")
-        at = len(r["token_ids"])
-        script = LIVE.setdefault(rid, [])
-        for a, ids in script:                # never cut a tag that is being written
-            if a <= at < a + len(ids):
-                at = a + len(ids)
         ids = self.encode(tag)
-        # The mode changes the step after '>': a tag that can't close before the last token
-        # would be half-written and change nothing, so say so instead of forcing it.
-        room = r["max_tokens"] - at - 1
-        if len(ids) > room:
-            raise ValueError(f"request {rid!r} has {max(room, 0)} tokens left after its next "
-                             f"one; {tag} needs {len(ids)} and one more step to take effect")
-        script.append((at, ids))
+        at = self.tracker.steer(rid, len(r["token_ids"]), ids, r["max_tokens"], tag)
         r["forced"].update(range(at, at + len(ids)))
         return at
 
@@ -263,8 +193,6 @@ class Lab:
     # ---- stepping ------------------------------------------------------------------------
     def step(self) -> StepRecord:
         """Run exactly one engine step and return its record."""
-        from da_lab.hook.director import LIVE
-
         n_warn = len(self.tracker.warnings)
         t0 = time.perf_counter()
         outs = self.engine.step()
@@ -280,14 +208,14 @@ class Lab:
                 r["text"] += c.text
                 r["finished"] = o.finished
                 if o.finished:
-                    LIVE.pop(o.request_id, None)
+                    self.tracker.end_script(o.request_id)
         if self.track_kv:
             rec.kv = self._kv.update()
         else:
             self._kv.invalidate()
         self.step_index += 1
         if self._writer is not None:
-            self._writer.write(rec.raw())
+            self._writer.write(rec)
         return rec
 
     def has_unfinished(self) -> bool:
@@ -383,9 +311,6 @@ class Lab:
             self.engine.engine_core.shutdown()
         except Exception:   # noqa: BLE001 - best effort; the process may be exiting anyway
             pass
-        from da_lab.hook.director import LIVE
-
-        LIVE.clear()
         self.llm = self.engine = None
         self.tracker.clear()
         gc.collect()

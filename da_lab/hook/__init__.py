@@ -1,9 +1,9 @@
 """The DA hook: the only part of da_lab that imports vLLM internals.
 
 Registered as the `vllm.general_plugins` entry point `da_lab`, so vLLM loads it in the driver and
-in every worker process. Runner differences live in the adapters (`v1.py` for the v1 model
-runner, which the CPU build uses; `v2.py` for 0.26's V2 GPU runner); the edit itself is in
-`metadata.py`. `register()` refuses versions it has not been checked against.
+in every worker process. Runner differences live in the adapters (`runners/v1.py` for the v1
+model runner, which the CPU build uses; `runners/v2.py` for 0.26's V2 GPU runner); the edit
+itself is in `metadata.py`, the per-step state the wrappers share in `context.py`. `register()` refuses versions it has not been checked against.
 """
 
 from __future__ import annotations
@@ -32,10 +32,13 @@ def register() -> None:
 
     check_version(vllm.__version__)
     from da_lab.hook import prefix_cache
+    from da_lab.hook.state import TRACKER
     from da_lab.hook.runners import v1
     from da_lab.hook.runners import v2
 
     v1.install()
-    v2.install()
+    # v2.install() raises where the V2 runner exists but can't be patched; False means this
+    # build has none (the CPU build), so the v1 runner serves every engine.
+    TRACKER.v2_installed = v2.install()
     prefix_cache.install()
     _installed = True

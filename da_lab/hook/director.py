@@ -10,14 +10,12 @@ vLLM 0.26 any custom logits processor silently moves the engine from the V2 to t
 runner, so a lab with scripted tags would no longer run the runner it asked for.
 
 Scripts arrive with the request (`SamplingParams.extra_args["da_director"]`, so they reach an
-engine core in another process) or, for an in-process engine, through `LIVE`: `Lab.steer`
-appends to it while the request runs, so a user's button ends up in the model's stream.
+engine core in another process) or, for an in-process engine, through the tracker's live
+scripts: `Lab.steer` calls `Tracker.steer` while the request runs, so a user's button ends up in
+the model's stream.
 """
 
 from __future__ import annotations
-
-# da_id -> [(output index, [token ids]), ...]
-LIVE: dict[str, list[tuple[int, list[int]]]] = {}
 
 
 def normalize(script) -> list[tuple[int, list[int]]]:

@@ -22,17 +22,16 @@ from __future__ import annotations
 
 import copy
 import functools
-import threading
 import time
 
 import numpy as np
 import torch
 
-from da_lab.hook.runners.common import DAUnsupported
+from da_lab.core.record import Metadata
+from da_lab.hook import context
+from da_lab.hook.context import HookStep
+from da_lab.hook.errors import DAUnsupported
 from da_lab.hook.state import TRACKER, Decision
-
-# The decision of the step being built, and what to undo after its forward (per thread).
-LOCAL = threading.local()
 
 
 def _gather_index(kepts: list[np.ndarray]) -> np.ndarray:
@@ -68,7 +67,7 @@ def apply(cm, d: Decision):
         seq_np = cm.seq_lens.numpy().copy()
         seq_np[:n] = new_seq[: len(seq_np)]
         out.block_table_tensor, out.seq_lens = torch.from_numpy(dst_np), torch.from_numpy(seq_np)
-    elif getattr(LOCAL, "applied", None) != (d.step, src.data_ptr()):
+    elif (ctx := context.current()).applied != (d.step, src.data_ptr()):
         # In place (CUDA graphs read these addresses): one gather for all masked rows.
         dev = src.device
         r = torch.as_tensor(np.asarray(rows, dtype=np.int64)).pin_memory().to(dev, non_blocking=True)
@@ -78,8 +77,8 @@ def apply(cm, d: Decision):
         saved = seq[r].clone()
         vals = torch.from_numpy(new_seq[np.asarray(rows)].astype(np.int64))
         seq[r] = vals.pin_memory().to(dev, non_blocking=True).to(seq.dtype)
-        LOCAL.applied = (d.step, src.data_ptr())
-        LOCAL.restore = (seq, r, saved)
+        ctx.applied = (d.step, src.data_ptr())
+        ctx.restore = (seq, r, saved)
     out.max_seq_len = int(new_seq[: cm.num_reqs].max())
     if getattr(cm, "seq_lens_cpu_upper_bound", None) is not None:
         out.seq_lens_cpu_upper_bound = _cpu_copy(cm.seq_lens_cpu_upper_bound, n, new_seq)
@@ -90,11 +89,11 @@ def apply(cm, d: Decision):
 
 def restore_after_forward() -> None:
     """Put back the seq_lens the runner owns once the forward that read ours is queued."""
-    r = getattr(LOCAL, "restore", None)
-    if r is not None:
-        seq, rows, saved = r
+    ctx = context.current()
+    if ctx.restore is not None:
+        seq, rows, saved = ctx.restore
         seq[rows] = saved
-        LOCAL.restore = None
+        ctx.restore = None
 
 
 def after_sampling(sampled: torch.Tensor, d: Decision | None) -> None:
@@ -149,51 +148,35 @@ def _host_copies(tensors: list) -> tuple[list, object]:
     return host, ev
 
 
-def note_built(cm) -> None:
-    """Record what the builder actually received: the rows and seq_lens the kernel reads."""
-    if not TRACKER.steps or TRACKER.steps[-1]["step"] != TRACKER.step_index - 1:
+def note_built(cm, log: HookStep) -> None:
+    """Record what the builder actually received, on the step's own RequestSteps: the seq_lens
+    (and, with rows recorded, the rows and the metadata bundle) the kernel reads."""
+    if log.built:        # one record per step even if several builders run
         return
-    step = TRACKER.steps[-1]
-    if "built" in step:        # one record per step even if several builders run
-        return
-    step["built"] = True
-    recs = step["requests"]
+    log.built = True
+    recs = log.requests
     if not TRACKER.record_rows:
         seq = cm.seq_lens.numpy() if cm.seq_lens.device.type == "cpu" else None
         for rec in recs:
-            s = int(seq[rec["row"]]) if seq is not None else rec["attn_seq_len"]
-            rec["built_seq_len"] = s
-            rec["blocks_read"] = -(-s // rec["block_size"])
+            rec.note_built(int(seq[rec.row]) if seq is not None else rec.attn_seq_len, None)
         return
     bt = cm.block_table_tensor
     n = cm.num_reqs
-    width = min(bt.shape[1], max(rec["blocks_total"] for rec in recs))
+    width = min(bt.shape[1], max(rec.blocks_total for rec in recs))
     (rows, seq, slots), ev = _host_copies(
         [bt[:n, :width], cm.seq_lens[:n], cm.slot_mapping[: cm.num_actual_tokens]])
-    meta = {"query_start_loc": cm.query_start_loc_cpu.numpy().copy(), "seq_lens": seq,
-            "slot_mapping": slots, "block_table_shape": list(bt.shape),
-            "max_seq_len": int(cm.max_seq_len), "backend": TRACKER.backend,
-            "runner": TRACKER.runner_class}
-    step["metadata"] = meta
+    meta = Metadata(cm.query_start_loc_cpu.numpy().copy(), seq, slots, tuple(bt.shape),
+                    int(cm.max_seq_len), TRACKER.backend, TRACKER.runner_class)
+    log.metadata = meta
 
     def fill() -> None:
         if ev is not None:
             ev.synchronize()
         bt_h, seq_h = np.asarray(rows), np.asarray(seq)
         for rec in recs:
-            i = rec["row"]
-            s = int(seq_h[i])
-            nb = -(-s // rec["block_size"])
-            rec["built_seq_len"] = s
-            rec["blocks_read"] = nb
-            row = bt_h[i, :nb]
-            # Usually the kernel's row is exactly the one the hook computed: share the array
-            # (one to send to the trace writer, one to encode). Bytes compare fastest.
-            kernel = rec.get("kernel_row")
-            same = kernel is not None and row.dtype == kernel.dtype \
-                and row.tobytes() == kernel.tobytes()
-            rec["built_row"] = kernel if same else row
-        meta["seq_lens"], meta["slot_mapping"] = seq_h, np.asarray(slots)
+            s = int(seq_h[rec.row])
+            rec.note_built(s, bt_h[rec.row, : -(-s // rec.block_size)])
+        meta.seq_lens, meta.slot_mapping = seq_h, np.asarray(slots)
 
     if ev is None:
         fill()
@@ -208,7 +191,8 @@ def patch_builder_class(cls) -> None:
 
     @functools.wraps(orig)
     def build(self, common_prefix_len, common_attn_metadata, *args, **kwargs):
-        d = getattr(LOCAL, "decision", None)
+        ctx = context.current()
+        d = ctx.decision
         t0 = time.perf_counter()
         if d is not None and d.masks:
             if common_prefix_len:
@@ -216,8 +200,8 @@ def patch_builder_class(cls) -> None:
                                     "cannot be combined with DA masks; start the engine with "
                                     "disable_cascade_attn=True")
             common_attn_metadata = apply(common_attn_metadata, d)
-        if TRACKER.requests:
-            note_built(common_attn_metadata)
+        if ctx.log is not None:
+            note_built(common_attn_metadata, ctx.log)
             TRACKER.timing["apply_s"] += time.perf_counter() - t0
         return orig(self, common_prefix_len, common_attn_metadata, *args, **kwargs)
 
@@ -228,7 +212,7 @@ def patch_builder_class(cls) -> None:
 
         @functools.wraps(orig_ubt)
         def update_block_table(self, *args, **kwargs):
-            d = getattr(LOCAL, "decision", None)
+            d = context.current().decision
             if d is not None and d.masks:
                 raise DAUnsupported("update_block_table reuses metadata across KV-cache groups, "
                                     "bypassing the DA edit; the hook serves one group only")

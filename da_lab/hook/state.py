@@ -14,8 +14,10 @@ import numpy as np
 
 from da_lab.core.layout import Layout
 from da_lab.core.mask import kept_blocks
+from da_lab.core.record import RequestStep
 from da_lab.core.tags import Event, TagStream
 from da_lab.hook import director
+from da_lab.hook.context import HookStep
 
 EXTRA_LAYOUT = "da_layout"      # SamplingParams.extra_args key: Layout.to_dict()
 EXTRA_DIRECTOR = "da_director"  # [[output_index, [token ids]], ...]
@@ -32,6 +34,7 @@ class Decision:
     forced: list[tuple[int, int]]       # (batch row, token id)
     sampling: list[tuple[str, int]] = field(default_factory=list)  # DA rows sampling: (req, row)
     step: int = -1
+    log: HookStep | None = None         # the step's records, completed by the builder wrapper
 
     @property
     def masks(self) -> bool:
@@ -63,10 +66,10 @@ class RequestState:
     def prompt_len(self) -> int:
         return self.layout.prompt_len
 
-    def forced_token(self, out_index: int) -> int | None:
-        """The director's token at output index `out_index` (request script, then LIVE)."""
+    def forced_token(self, out_index: int, live: list | None) -> int | None:
+        """The director's token at output index `out_index` (request script, then the live
+        script the Lab steers with)."""
         t = director.token_at(self.script, out_index) if self.script else None
-        live = director.LIVE.get(self.da_id)
         if t is None and live:
             t = director.token_at(live, out_index)
         return t
@@ -100,7 +103,7 @@ class Tracker:
         self.vocab_size = 0
         self.tokenizer_path: str | None = None
         self.record_rows = True          # keep full rows + metadata in step records
-        self.steps: list[dict] = []      # one record per metadata build with DA requests
+        self.steps: list[HookStep] = []  # one entry per metadata build with DA requests
         self.unsettled: list = []        # callables completing steps' records (settle())
         # Ended requests, by da_id, for the caller to collect (events, mask history); bounded
         # so a long-running engine does not keep every request it ever served.
@@ -111,13 +114,45 @@ class Tracker:
         # sampled tokens the tag machine has not read yet (their host copy may be in flight).
         self.pending_outputs: list = []
         self.runner_class = ""
+        self.v2_installed = False        # register(): the V2 runner's wrappers are in place
         self.device = ""
         self.backend = ""
-        self.step_index = 0
+        # The step being decided; advanced only by begin_step(), once per model-runner step.
+        self.step_index = -1
+        # Director scripts the Lab adds while a request runs (Lab.steer): da_id -> [(at, ids)].
+        self.scripts: dict[str, list[tuple[int, list[int]]]] = {}
         # decide_rewrite: the decision and bookkeeping here; apply: the builder-side rewrite
         # of the metadata (v1.py); detok_tags: incremental detokenize + tag state machine.
         self.timing = {"decide_rewrite_s": 0.0, "apply_s": 0.0, "detok_tags_s": 0.0,
                        "requests": 0}
+
+    # ---- steps and live scripts ----------------------------------------------------------
+    def begin_step(self) -> int:
+        """A model-runner step starts: the only place the hook's step index advances."""
+        self.step_index += 1
+        return self.step_index
+
+    def steer(self, da_id: str, at: int, ids: list[int], max_tokens: int,
+              what: str = "the tag") -> int:
+        """Force `ids` into request `da_id`'s output from index `at` on (or after the tag being
+        written there): the director's live script. Returns the first index used; raises
+        ValueError when the tag could not close before the request's last token."""
+        script = self.scripts.get(da_id, [])
+        for a, tag in script:                # never cut a tag that is being written
+            if a <= at < a + len(tag):
+                at = a + len(tag)
+        # The mode changes the step after '>': a tag that can't close before the last token
+        # would be half-written and change nothing.
+        room = max_tokens - at - 1
+        if len(ids) > room:
+            raise ValueError(f"request {da_id!r} has {max(room, 0)} tokens left after its next "
+                             f"one; {what} needs {len(ids)} and one more step to take effect")
+        self.scripts.setdefault(da_id, []).append((at, list(ids)))
+        return at
+
+    def end_script(self, da_id: str) -> None:
+        """The request finished: its live script is done."""
+        self.scripts.pop(da_id, None)
 
     # ---- request lifecycle -------------------------------------------------------------
     def _tok(self):
@@ -227,7 +262,7 @@ class Tracker:
             out_index = seq_len - st.prompt_len
             if out_index >= 0:
                 sampling.append((rid, i))
-                tok = st.forced_token(out_index)
+                tok = st.forced_token(out_index, self.scripts.get(st.da_id))
                 if tok is not None:
                     forced.append((i, tok))
             kept = st.kept(seq_len, q)
@@ -235,47 +270,36 @@ class Tracker:
             masked = len(kept) < n_blocks
             # The kept array is shared with the decision cache (never mutated), so this is free.
             st.mask_history.append((seq_len - q, seq_len, kept if masked else None))
-            attn_len = seq_len - (n_blocks - len(kept)) * bs
             if masked:
                 st.ever_masked = True
                 if new_seq is None:
                     new_seq = seq_lens.copy()
-                new_seq[i] = attn_len
+                new_seq[i] = seq_len - (n_blocks - len(kept)) * bs
                 rows.append(i)
                 kepts.append(kept)
-            rec = {"req": st.da_id, "row": i, "block_size": bs, "seq_len": seq_len,
-                   "query_len": q,
-                   "attn_seq_len": attn_len, "directive": st.directive_dict(),
-                   "mode": st.stream.directive.mode.value, "tag_buffer": st.stream.buffer,
-                   "blocks_total": n_blocks, "blocks_read": int(len(kept)),
-                   "n_output_seen": st.n_seen,
-                   # sampled but not yet seen by the tag machine (async scheduling: <= 1)
-                   "tokens_unseen": max(0, out_index - st.n_seen),
-                   "events": st.events[n_events:]}
+            rec = RequestStep(st.da_id, i, bs, seq_len, q, st.directive_dict(),
+                              st.stream.buffer, st.n_seen,
+                              # sampled but not yet seen by the tag machine (async: <= 1)
+                              max(0, out_index - st.n_seen), st.events[n_events:],
+                              kept_logical=kept if masked else None)
             if self.record_rows:
-                # A numpy copy (the runner reuses its staging rows), made a list only where a
-                # record is read or written (StepRecord, the trace writer). Equal rows share
-                # one array; nothing writes them.
-                full = staged(i)[:n_blocks].copy()
-                rec["staged_row"] = full
-                rec["kept_logical"] = kept
-                rec["kernel_row"] = full[kept] if masked else full
+                # A numpy copy: the runner reuses its staging rows.
+                rec.staged_row = staged(i)[:n_blocks].copy()
             record.append(rec)
         elapsed = time.perf_counter() - t0
-        if record:
-            self.timing["decide_rewrite_s"] += elapsed - detok
-            self.timing["detok_tags_s"] += detok
-            self.timing["requests"] += len(record)
-            self.steps.append({"step": self.step_index, "requests": record,
-                               "hook_us": round(elapsed * 1e6, 1)})
-        step, self.step_index = self.step_index, self.step_index + 1
         if not record:
             return None
-        return Decision(rows, kepts, new_seq, forced, sampling, step)
+        self.timing["decide_rewrite_s"] += elapsed - detok
+        self.timing["detok_tags_s"] += detok
+        self.timing["requests"] += len(record)
+        log = HookStep(self.step_index, round(elapsed * 1e6, 1), record)
+        self.steps.append(log)
+        return Decision(rows, kepts, new_seq, forced, sampling, self.step_index, log)
 
     def clear(self) -> None:
         """Forget every request (an engine shut down)."""
         self.requests.clear()
+        self.scripts.clear()
         self.finished.clear()
         self.pending_outputs.clear()
         self.unsettled.clear()
@@ -286,7 +310,7 @@ class Tracker:
         while self.unsettled:
             self.unsettled.pop(0)()
 
-    def reset_log(self) -> list[dict]:
+    def reset_log(self) -> list[HookStep]:
         self.settle()
         steps, self.steps = self.steps, []
         return steps

@@ -34,7 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-from da_lab.trace.io import ROW_GROUP_SIZE, TraceError, TraceWriter, _dumps, _format_of, check_writable
+from da_lab.core.record import StepRecord
+from da_lab.trace.format import ROW_GROUP_SIZE, TraceError, _dumps, _format_of, check_writable
+from da_lab.trace.writer import TraceWriter
 
 __all__ = ["ProcessTraceWriter", "ArrayReuseEncoder"]
 
@@ -87,7 +89,8 @@ class ProcessTraceWriter:
         atexit.register(self._at_exit)
 
     # ---- this process ----------------------------------------------------------------------
-    def write(self, record: dict) -> None:
+    def write(self, record: StepRecord | dict) -> None:
+        """Queue one record (a StepRecord, pickled with its numpy rows; or its JSON dict)."""
         if self._closed:
             raise TraceError(f"{self.path}: write() after close()")
         self._raise_child_error()
@@ -96,6 +99,11 @@ class ProcessTraceWriter:
         data = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
         self._pending.put(data)
         self.count += 1
+
+    def wait_sent(self) -> None:
+        """Return once every record written so far is in the pipe to the child (from then on
+        it reaches the file even if this process dies)."""
+        self._pending.join()
 
     def close(self) -> None:
         if self._closed:
@@ -129,12 +137,14 @@ class ProcessTraceWriter:
             data = self._pending.get()
             if data is None:
                 break
-            if broken:
-                continue            # keep draining so write() never blocks on a dead child
             try:
-                self._records.send_bytes(data)
+                if not broken:      # else keep draining so write() never blocks on a dead child
+                    self._records.send_bytes(data)
             except OSError:         # the child died; _receive() says why
                 broken = True
+            finally:
+                self._pending.task_done()
+        self._pending.task_done()
         self._records.close()       # the child's EOF: write the rest, close the file
 
     def _receive(self) -> tuple[str, object]:
@@ -226,9 +236,9 @@ def _sendable(e: BaseException) -> BaseException:
 # ---- encoding --------------------------------------------------------------------------------
 class ArrayReuseEncoder:
     """`_dumps(record)`, exactly, for records holding numpy arrays (the hook's block rows),
-    faster when arrays repeat: within a step a request's staged, kernel and built rows are
-    often equal, and from one step to the next a row only grows by a block every block_size
-    tokens. Each distinct array is encoded once and reused while it keeps appearing.
+    faster when arrays repeat: from one step to the next a request's staged row only grows by
+    a block every block_size tokens, and its kept blocks change only with its directive. Each
+    distinct array is encoded once and reused while it keeps appearing.
 
     The arrays of a record's requests and metadata are swapped for placeholder strings, the
     rest is encoded by json, and the placeholders are replaced by the arrays' JSON text."""

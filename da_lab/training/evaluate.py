@@ -67,20 +67,20 @@ def _run_wave(lab, samples: list, da: bool, max_tokens: int, tag: str) -> tuple[
             if o.finished:
                 texts[o.request_id] = o.outputs[0].text
         for h in lab.tracker.reset_log():
-            for r in h["requests"]:
-                if r["req"] in rows:
-                    rows[r["req"]].append(r)
+            for r in h.requests:
+                if r.req in rows:
+                    rows[r.req].append(r)
     return [texts.get(rid, "") for rid in ids], [rows[rid] for rid in ids]
 
 
-def _fraction_after_tag(rows: list[dict]) -> list[float]:
+def _fraction_after_tag(rows: list) -> list[float]:
     """blocks_read / blocks_total of each hook record from the step that trapped the first tag
     on (that step already reads under the new directive)."""
     out, trapped = [], False
     for r in rows:
-        trapped = trapped or any(e.get("kind") == "tag_trapped" for e in r.get("events", ()))
-        if trapped and r.get("query_len", 1) == 1:
-            out.append(r["blocks_read"] / max(1, r["blocks_total"]))
+        trapped = trapped or any(e.get("kind") == "tag_trapped" for e in r.events)
+        if trapped and r.query_len == 1:
+            out.append(r.blocks_read / max(1, r.blocks_total))
     return out
 
 

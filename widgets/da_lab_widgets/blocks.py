@@ -14,167 +14,16 @@ from __future__ import annotations
 
 import html
 import math
-from dataclasses import dataclass
 
 import ipywidgets as widgets
-import plotly.colors as pcolors
 import plotly.graph_objects as go
 
-from da_lab.core.layout import Layout
+from da_lab.core.record import RequestStep, StepRecord
 
 from .highlight import Highlight
-from .source import added_entry, first_request, kv_state, request_in
-
-# ---- colours shared by the diagrams that colour blocks by DA region -------------------------
-SCAFFOLD = "#e09f3e"     # scaffold head, incl. the attention sink (block 0)
-TAIL = "#f2c57c"         # scaffold tail: the question (always kept, like the head)
-RESPONSE = "#2a9d8f"
-MASKED = "#d0d0d0"       # hidden from the kernel this step
-FREE = "#eeeeee"
-CACHED = "#f3e9c6"       # free but still holding a prefix-cache hash (drawn outlined too)
-NONE = "rgba(0,0,0,0)"   # a slot past the end of the row: drawn as nothing
-HL = "#111111"           # the shared highlight's outline
-FLASH = "#ff5400"        # a block append_row added this step
-OWNERS = pcolors.qualitative.Set2
-
-
-def chunk_colors(n: int) -> list[str]:
-    """n distinct blues where neighbours always contrast: odd chunks from the darker part of
-    the ramp, even chunks from the lighter part (hiding C3 but not C4 must show at a glance)."""
-    if n <= 0:
-        return []
-    half = (n + 1) // 2
-    pos = []
-    for k in range(n):
-        rank = k // 2 / max(half - 1, 1)
-        pos.append(0.55 + 0.3 * rank if k % 2 == 0 else 0.18 + 0.25 * rank)
-    return pcolors.sample_colorscale("Blues", pos)
-
-
-def ink(color: str) -> str:
-    """Text colour that reads on `color` (white on dark fills, near-black elsewhere)."""
-    c = color.strip()
-    if c.startswith("#") and len(c) == 7:
-        r, g, b = (int(c[k:k + 2], 16) for k in (1, 3, 5))
-    elif c.startswith("rgb(") and c.endswith(")"):
-        r, g, b = (float(x) for x in c[4:-1].split(",")[:3])
-    else:
-        return "#111"
-    return "white" if 0.299 * r + 0.587 * g + 0.114 * b < 140 else "#111"
-
-
-class Pusher:
-    """Sends a figure's changes as ONE plotly update per call (one message, one redraw).
-
-    plotly_update skips plotly's per-element validators, which cost ~1 ms per array of colours;
-    every value here is built by this package as plain lists of str/number, so nothing needs
-    validating. Call with {trace index: {"marker.color": [...], ...}} and relayout changes.
-
-    Every trace in one update gets every key: a trace with nothing new for a key resends what it
-    was last sent (remembered here, so that costs no lookup in the figure). plotly.py's own way
-    to say "leave this trace alone", an Undefined, reaches the anywidget front end as a real
-    undefined that wipes the property in its copy of the figure, so a figure updated that way
-    (batch_update over traces with different keys, too) draws wrongly in the browser."""
-
-    def __init__(self, fig: go.FigureWidget) -> None:
-        self.fig = fig
-        self.sent: dict[int, dict] = {}
-
-    def __call__(self, traces: dict[int, dict], layout: dict | None = None) -> None:
-        idx = sorted(traces)
-        # Keys whose every value equals what was sent last time stay out of the message:
-        # comparing two lists here is far cheaper than plotly's per-key bookkeeping.
-        keys = sorted(k for k in {k for i in idx for k in traces[i]}
-                      if any(k not in self.sent.get(i, {}) or traces[i].get(k, _UNSENT)
-                             not in (_UNSENT, self.sent[i][k]) for i in idx))
-        if not keys and not layout:
-            return
-        restyle = {}
-        for k in keys:
-            vals = []
-            for i in idx:
-                if k in traces[i]:
-                    v = traces[i][k]
-                else:
-                    v = self.sent.get(i, {}).get(k, _UNSENT)
-                    if v is _UNSENT:
-                        v = self.fig.data[i][k]
-                vals.append(list(v) if isinstance(v, tuple) else v)
-            restyle[k] = vals
-        for n, i in enumerate(idx):
-            self.sent.setdefault(i, {}).update((k, restyle[k][n]) for k in keys)
-        self.fig.plotly_update(restyle_data=restyle, relayout_data=layout or {},
-                               trace_indexes=idx)
-
-
-_UNSENT = object()
-
-
-@dataclass
-class RequestView:
-    """What never changes about the request a diagram follows: its layout and the colour and
-    region of each logical block slot it can ever have."""
-    req: str
-    layout: Layout | None
-    prompt_len: int
-    n_slots: int
-    regions: list[str]     # per logical block: "scaffold", "C1".., "tail", "response", "prompt"
-    colors: list[str]
-    inks: list[str]        # text colour on each block's colour
-
-    @classmethod
-    def of(cls, records: list, req: str, block_size: int, num_blocks: int) -> "RequestView":
-        added = added_entry(records, req) or {}
-        lay = added.get("layout")
-        layout = Layout.from_dict(lay) if isinstance(lay, dict) else None
-        prompt_len = int(added.get("prompt_len") or (layout.prompt_len if layout else 0))
-        need = -(-(prompt_len + int(added.get("max_tokens") or 0)) // block_size)
-        # A request never holds more blocks than the cache has; a record may still show a
-        # longer row than `added` promised (then the diagram rebinds with more slots).
-        n = max(1, min(need, num_blocks) if need else num_blocks)
-        return cls.sized(req, layout, prompt_len, n, block_size)
-
-    @classmethod
-    def sized(cls, req, layout, prompt_len, n, block_size) -> "RequestView":
-        cc = chunk_colors(layout.n_chunks) if layout else []
-        regions, colors = [], []
-        for j in range(n):
-            if layout is not None:
-                r = layout.region_of(j)
-            else:
-                r = "prompt" if j * block_size < prompt_len else "response"
-            regions.append(r)
-            colors.append({"scaffold": SCAFFOLD, "prompt": SCAFFOLD, "tail": TAIL,
-                           "response": RESPONSE}.get(r) or cc[int(r[1:]) - 1])
-        return cls(req, layout, prompt_len, n, regions, colors, [ink(c) for c in colors])
-
-    @classmethod
-    def reuse(cls, view, records: list, req: str, block_size: int, num_blocks: int,
-              n_min: int = 0) -> "RequestView":
-        """Keep `view` while it shows `req` and is wide enough; else size a new one."""
-        if view is None or view.req != req:
-            view = cls.of(records, req, block_size, num_blocks)
-        return view.grown(n_min, block_size) if n_min > view.n_slots else view
-
-    def grown(self, n: int, block_size: int) -> "RequestView":
-        return self.sized(self.req, self.layout, self.prompt_len, n, block_size)
-
-
-def phys_row(h: dict) -> list[int]:
-    """The staged row of a request record (logical index -> physical id)."""
-    return list(h.get("staged_row") or [])
-
-
-def kernel_row(h: dict) -> list[int]:
-    """What the attention builder received; older records may only carry kernel_row."""
-    row = h.get("built_row")
-    if row is None:
-        row = h.get("kernel_row")
-    if row is None:   # rows not recorded: rebuild it from the decision
-        staged = phys_row(h)
-        row = [staged[l] for l in h.get("kept_logical") or () if l < len(staged)]
-    return list(row)
-
+from .rows import (CACHED, FLASH, FREE, HL, MASKED, NONE, OWNERS, RESPONSE, Pusher,
+                   RequestView, kernel_row, phys_row)
+from .source import first_request, kv_state, request_in
 
 # ---- geometry (pixels are layout, not data) -------------------------------------------------
 _W = 920
@@ -334,12 +183,12 @@ class BlocksDiagram:
     def _push(self, upd: dict[str, dict], lay: dict) -> None:
         self.push({self._index[k]: v for k, v in upd.items()}, lay)
 
-    def _draw_rows(self, rec: dict, h: dict | None, staged: list[int], upd: dict,
+    def _draw_rows(self, rec: StepRecord, h: RequestStep | None, staged: list[int], upd: dict,
                    lay: dict) -> None:
         v, n, bs = self.view, self.view.n_slots, self.block_size
         off = [NONE] * n, [0] * n
-        if h is None or "seq_len" not in h:
-            lay["title.text"] = f"step {rec.get('step')}: {html.escape(v.req)} did not run"
+        if h is None or not h.hooked:
+            lay["title.text"] = f"step {rec.step}: {html.escape(v.req)} did not run"
             self._phys.update(logical=[None] * n, staged=[None] * n, kernel=[None] * n)
             upd["frame"] = {"y": [0] * n}
             upd["logical"] = {"y": [0] * n}
@@ -348,9 +197,9 @@ class BlocksDiagram:
                 upd[key] = {"text": [""] * n, "marker.color": [NONE] * n}
             self._base_lines.update(logical=off, staged=off, kernel=off)
             return
-        seq_len = int(h["seq_len"])
-        total = int(h.get("blocks_total") or -(-seq_len // bs))
-        kept = list(h.get("kept_logical") or range(total))
+        seq_len = h.seq_len
+        total = h.blocks_total
+        kept = h.kept.tolist()
         kept_set = set(kept)
         built = kernel_row(h)
         hidden = [l for l in range(total) if l not in kept_set]
@@ -405,9 +254,9 @@ class BlocksDiagram:
                                  f"(b) staged row (append_row) · {ns}",
                                  f"(c) built_row → kernel · reads {len(built)}"]
         lay["title.text"] = (
-            f"step {rec.get('step')} · {html.escape(v.req)} · {h.get('mode', '')} · "
+            f"step {rec.step} · {html.escape(v.req)} · {h.mode} · "
             f"{total} blocks, last {last_fill}/{bs} full · kernel reads {len(built)} blocks, "
-            f"attention seq_len {h.get('attn_seq_len', seq_len)}")
+            f"attention seq_len {h.attn_seq_len}")
         self._base_lines["logical"] = (["#bbbbbb" if j < total else NONE for j in rng],
                                        [1 if j < total else 0 for j in rng])
         self._base_lines["staged"] = self._base_lines["kernel"] = (["white"] * n, [1] * n)
@@ -495,14 +344,14 @@ class BlocksDiagram:
                                           kv_state(self.header, self._records, self._i))
 
 
-def describe_block(rec: dict, p: int, req: str | None, blocks: dict[int, dict]) -> str:
+def describe_block(rec: StepRecord, p: int, req: str | None, blocks: dict[int, dict]) -> str:
     """'block P: logical L of R, physical slot P' for whichever request's staged row holds P
     this step (the diagram's own request first)."""
-    reqs = sorted(rec.get("requests") or [], key=lambda h: h.get("req") != req)
+    reqs = sorted(rec.requests, key=lambda h: h.req != req)
     for h in reqs:
         row = phys_row(h)
         if p in row:
-            return f"block {p}: logical {row.index(p)} of {h['req']}, physical slot {p}"
+            return f"block {p}: logical {row.index(p)} of {h.req}, physical slot {p}"
     b = blocks.get(p)
     if b and b["owners"]:
         return f"block {p}: held by {', '.join(b['owners'])} (not scheduled this step), " \

@@ -14,15 +14,16 @@ wrote (Lab.steer). Replays can't steer, so the buttons are disabled there.
 from __future__ import annotations
 
 import html
-from bisect import bisect_right
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
+from da_lab.core.record import RequestStep, StepRecord
 from da_lab.core.tags import Directive, Mode, parse_tag, tag_text
 
-from .blocks import HL, MASKED, NONE, Pusher, RequestView, phys_row
 from .highlight import Highlight
+from .rows import HL, MASKED, NONE, Pusher, RequestView, phys_row
+from .series import Series
 from .source import added_entry, first_request, request_in
 
 _W = 920
@@ -51,54 +52,6 @@ def _short(region: str) -> str:
     return {"scaffold": "S", "prompt": "P", "tail": "Q", "response": "R"}.get(region, region)
 
 
-class _Series:
-    """One request's per-step numbers and text, gathered once per record as records arrive (a
-    live run appends), so showing step i is a slice, not a rescan of the run."""
-
-    def __init__(self, records: list, req: str) -> None:
-        self.records, self.req = records, req
-        self.idx: list[int] = []        # record indices where req has hook data
-        self.steps: list[int] = []
-        self.read: list[int] = []
-        self.total: list[int] = []
-        self.text_end: list[int] = []   # len(stream text) after each record (every record)
-        self.parts: list[str] = []
-        self.tags: list[tuple[int, int, int, str]] = []   # (record idx, start, end, kind)
-        self.n = 0
-        self._len = 0
-
-    def scan(self) -> None:
-        for k in range(self.n, len(self.records)):
-            h = request_in(self.records[k], self.req)
-            if h is not None and "blocks_read" in h:
-                self.idx.append(k)
-                self.steps.append(self.records[k].get("step", k))
-                self.read.append(int(h["blocks_read"]))
-                self.total.append(int(h.get("blocks_total") or h["blocks_read"]))
-            for e in (h or {}).get("events") or ():
-                if e.get("kind") in ("tag_trapped", "malformed_tag") and e.get("text"):
-                    self.tags.append((k, *self._span("".join(self.parts), e), e["kind"]))
-            new = (h or {}).get("new_text") or ""
-            self.parts.append(new)
-            self._len += len(new)
-            self.text_end.append(self._len)
-        self.n = len(self.records)
-
-    @staticmethod
-    def _span(text: str, e: dict) -> tuple[int, int]:
-        """Where a trapped tag sits in the stream: the event's offset is just past its last
-        character; if the decoded text drifted from the hook's, find the tag's last copy."""
-        t, end = e["text"], int(e.get("offset") or 0)
-        if text[max(0, end - len(t)):end] == t:
-            return end - len(t), end
-        at = text.rfind(t)
-        return (at, at + len(t)) if at >= 0 else (0, 0)
-
-    def upto(self, i: int) -> int:
-        """How many per-step entries belong to records <= i."""
-        return bisect_right(self.idx, i)
-
-
 class DAHookDiagram:
     name = "dahook"
 
@@ -114,7 +67,7 @@ class DAHookDiagram:
         self.lab = lab
         self.view: RequestView | None = None
         self.lit: str | None = None          # the lamp that is on: "global" | "focus" | "local"
-        self._series: _Series | None = None
+        self._series: Series | None = None
         self._records: list | None = None
         self._i: int | None = None
         self._phys: list = []
@@ -230,7 +183,7 @@ class DAHookDiagram:
             self.chunk_picker.options = names
             self.chunk_picker.value = [f"C{c}" for c in self._default_focus(records, req, lay)]
         if self._series is None or self._series.req != req or self._series.records is not records:
-            self._series = _Series(records, req)
+            self._series = Series(records, req)
 
     @staticmethod
     def _default_focus(records: list, req: str, lay) -> tuple[int, ...]:
@@ -259,19 +212,19 @@ class DAHookDiagram:
         s = self._series
         s.scan()
         k = s.upto(i)
-        hooked = h is not None and "mode" in h
+        hooked = h is not None and h.hooked
 
         # the stream, the buffer, the lamps
         prev_end = s.text_end[i - 1] if i > 0 else 0
-        buf = (h or {}).get("tag_buffer") or ""
-        trapped = [e for e in (h or {}).get("events") or () if e.get("kind") == "tag_trapped"]
+        buf = h.tag_buffer if hooked else ""
+        trapped = [e for e in (h.events if hooked else ()) if e.get("kind") == "tag_trapped"]
         self.stream.value = self._stream_html("".join(s.parts[: i + 1]), s, i, prev_end, buf)
         self.tag_buffer.value = self._buffer_html(buf, trapped[-1]["text"] if trapped else None)
         if trapped:
             self.tag_buffer.add_class("da-flash")
         else:
             self.tag_buffer.remove_class("da-flash")
-        mode = h.get("mode") if hooked else None
+        mode = h.mode if hooked else None
         if mode != self.lit:
             for m, w in self.lamps.items():
                 w.value = self._lamp_html(m, m == mode)
@@ -280,7 +233,7 @@ class DAHookDiagram:
 
         # the three bands and the blocks-read label
         self._bands(rec, h if hooked else None)
-        n_read = h.get("blocks_read") if hooked else None
+        n_read = h.blocks_read if hooked else None
         self.blocks_read.value = f"blocks read: {n_read if n_read is not None else '–'}"
 
         # the row of logical blocks
@@ -290,7 +243,7 @@ class DAHookDiagram:
                           1: {"x": s.steps[:k], "y": s.total[:k]},
                           2: {"x": s.steps[k - 1:k], "y": s.read[k - 1:k]}})
 
-    def _stream_html(self, text: str, s: _Series, i: int, prev_end: int, buf: str) -> str:
+    def _stream_html(self, text: str, s: Series, i: int, prev_end: int, buf: str) -> str:
         marks = [(a, b, kind) for k, a, b, kind in s.tags if k <= i and b > a]
         # the tag still being written: the hook's buffer is the end of the text it had seen
         if buf and text[:prev_end].endswith(buf):
@@ -334,7 +287,7 @@ class DAHookDiagram:
         return (f'<div style="{style};border-radius:12px;padding:3px 12px;margin:6px 4px;'
                 f'font-weight:bold;font-family:sans-serif">{mode.upper()}</div>')
 
-    def _bands(self, rec: dict, h: dict | None) -> None:
+    def _bands(self, rec: StepRecord, h: RequestStep | None) -> None:
         def band(key, label, detail, active=False):
             bg = _BAND_ACTIVE if active else "#f7f7f7"
             self.bands[key].value = (
@@ -344,19 +297,17 @@ class DAHookDiagram:
 
         kernel = f"kernel ({self.backend})"
         if h is None:
-            msg = f"step {rec.get('step')}: {html.escape(str(self.req))} not scheduled"
+            msg = f"step {rec.step}: {html.escape(str(self.req))} not scheduled"
             band("model", "model code (untouched)", msg)
             band("hook", "metadata path + DA hook", "")
             band("kernel", kernel, "")
             return
-        seq, q = int(h["seq_len"]), int(h.get("query_len") or 0)
-        attn = int(h.get("attn_seq_len") or seq)
-        total, read = int(h.get("blocks_total") or 0), int(h["blocks_read"])
-        d = h.get("directive") or {"mode": h["mode"]}
+        seq, q, attn = h.seq_len, h.query_len, h.attn_seq_len
+        total, read = h.blocks_total, h.blocks_read
         try:
-            directive = str(Directive.from_dict(d))
-        except (ValueError, TypeError):
-            directive = h["mode"]
+            directive = str(Directive.from_dict(h.directive))
+        except (ValueError, TypeError, KeyError):
+            directive = str(h.mode)
         band("model", "model code (untouched)",
              f"forward of {q} new token{'s' if q != 1 else ''} at positions {seq - q}…{seq - 1};"
              f" the model never sees DA")
@@ -366,7 +317,8 @@ class DAHookDiagram:
              f"row", active=read < total)
         band("kernel", kernel, f"reads {read} of {total} blocks ({attn} tokens)")
 
-    def _row(self, rec: dict, h: dict | None, staged: list[int]) -> tuple[dict, dict]:
+    def _row(self, rec: StepRecord, h: RequestStep | None,
+             staged: list[int]) -> tuple[dict, dict]:
         v, n = self.view, self.view.n_slots
         if h is None:
             self._phys = [None] * n
@@ -374,9 +326,9 @@ class DAHookDiagram:
             return ({"text": [""] * n, "marker.color": [NONE] * n, "hovertext": [""] * n,
                      **self._lines()},
                     {"title.text": f"{html.escape(v.req)}: not scheduled at step "
-                                   f"{rec.get('step')}"})
-        total = int(h.get("blocks_total") or len(staged))
-        kept = set(h.get("kept_logical") or range(total))
+                                   f"{rec.step}"})
+        total = h.blocks_total
+        kept = set(h.kept.tolist())
         rng = range(n)
         ns = len(staged)
         colors = [(v.colors[j] if j in kept else MASKED) if j < total else NONE for j in rng]
@@ -391,7 +343,7 @@ class DAHookDiagram:
                               + (": read" if j in kept else ": masked, not read"))
                              if j < total else "" for j in rng],
                **self._lines()}
-        title = (f"{html.escape(v.req)}'s row at step {rec.get('step')}: "
+        title = (f"{html.escape(v.req)}'s row at step {rec.step}: "
                  f"{len(kept & set(range(total)))} of {total} logical blocks read")
         return upd, {"title.text": title}
 

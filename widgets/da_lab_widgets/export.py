@@ -92,7 +92,7 @@ def export_figure(fig, base_path: str | Path) -> list[Path]:
     return export_figures({base.name: fig}, base.parent)
 
 
-def build_diagrams(header: dict, records: list[dict], i: int | None = None) -> dict[str, object]:
+def build_diagrams(header: dict, records: list, i: int | None = None) -> dict[str, object]:
     """Every diagram of the lab, built headless and shown at step i (default: the last step).
     Returns {export name: plotly figure}."""
     from .highlight import Highlight

@@ -19,7 +19,10 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
+from da_lab.core.record import StepRecord
+
 from .highlight import Highlight
+from .rows import kernel_row, phys_row
 
 HOOK_RED = "#d62828"
 PACKET = "#ff5400"
@@ -69,34 +72,37 @@ def _impl_of(header: dict) -> tuple[str, str, int]:
     return ", ".join(impls) or "?", backend, len(attn)
 
 
-def step_values(rec: dict) -> dict:
+def _lst(a) -> list:
+    return [] if a is None else a.tolist()
+
+
+def step_values(rec: StepRecord) -> dict:
     """The step's real values the packet carries, from one step record."""
-    md = rec.get("metadata") or {}
-    kernel_seq = list(md.get("seq_lens") or [])
+    md = rec.metadata
+    kernel_seq = _lst(md.seq_lens) if md is not None else []
     full_seq = list(kernel_seq)
     reqs = []
-    for h in rec.get("requests") or []:
-        if "seq_len" not in h:
+    for h in rec.requests:
+        if not h.hooked:
             continue     # not built this step (e.g. only its output arrived)
-        row = h.get("row")
-        if row is not None and row < len(full_seq):
-            full_seq[row] = h["seq_len"]    # the hook's view: the length before compaction
-        staged = h.get("staged_row") or []
-        built = h.get("built_row") or h.get("kernel_row") or []
-        reqs.append({"req": h["req"], "row": row, "mode": h.get("mode"),
-                     "seq_len": h["seq_len"],
-                     "kernel_seq_len": h.get("built_seq_len", h.get("attn_seq_len")),
-                     "query_len": h.get("query_len"), "staged": staged, "built": built,
-                     "blocks_staged": len(staged) or h.get("blocks_total"),
-                     "blocks_read": h.get("blocks_read", len(built)),
-                     "kept_logical": h.get("kept_logical")})
-    sm = md.get("slot_mapping") or []
-    return {"step": rec.get("step"), "scheduled": rec.get("scheduled") or [],
-            "query_start_loc": md.get("query_start_loc"), "seq_lens_full": full_seq,
-            "seq_lens_kernel": kernel_seq, "max_seq_len": md.get("max_seq_len"),
-            "block_table_shape": md.get("block_table_shape"), "slot_mapping": sm,
-            "n_slots": len(sm), "backend": md.get("backend"), "requests": reqs,
-            "has_metadata": bool(md)}
+        if h.row < len(full_seq):
+            full_seq[h.row] = h.seq_len    # the hook's view: the length before compaction
+        staged, built = phys_row(h), kernel_row(h)
+        reqs.append({"req": h.req, "row": h.row, "mode": h.mode, "seq_len": h.seq_len,
+                     "kernel_seq_len": h.built_seq_len if h.built_seq_len is not None
+                     else h.attn_seq_len,
+                     "query_len": h.query_len, "staged": staged, "built": built,
+                     "blocks_staged": len(staged) or h.blocks_total,
+                     "blocks_read": h.blocks_read, "kept_logical": _lst(h.kept)})
+    sm = _lst(md.slot_mapping) if md is not None else []
+    return {"step": rec.step, "scheduled": rec.scheduled,
+            "query_start_loc": _lst(md.query_start_loc) if md is not None else None,
+            "seq_lens_full": full_seq, "seq_lens_kernel": kernel_seq,
+            "max_seq_len": md.max_seq_len if md is not None else None,
+            "block_table_shape": list(md.block_table_shape) if md is not None else None,
+            "slot_mapping": sm, "n_slots": len(sm),
+            "backend": md.backend if md is not None else None, "requests": reqs,
+            "has_metadata": md is not None}
 
 
 class MetadataPathDiagram:
@@ -127,7 +133,7 @@ class MetadataPathDiagram:
                   "slot_mapping"),
         ]
         self.hook_frame = [s.key for s in self.stages].index("hook")
-        self.records: list[dict] = []
+        self.records: list[StepRecord] = []
         self.step_i: int | None = None
         self.frame = 0
         self.values: dict | None = None
@@ -145,10 +151,8 @@ class MetadataPathDiagram:
     def _x(self, k: int) -> float:
         return k * PITCH
 
-    def _build_figure(self):
-        import plotly.graph_objects as go
-
-        shapes, notes = [], []
+    def _stage_boxes(self, shapes: list, notes: list) -> None:
+        """One box per stage, its title and subtitle, and an arrow with what flows on."""
         n = len(self.stages)
         for k, st in enumerate(self.stages):
             x = self._x(k)
@@ -173,6 +177,13 @@ class MetadataPathDiagram:
                 notes.append(dict(x=(x + BOX_W / 2 + x1) / 2, y=0.06, yanchor="bottom",
                                   text=st.flows, showarrow=False,
                                   font=dict(size=9, color="#666")))
+
+    def _build_figure(self):
+        import plotly.graph_objects as go
+
+        shapes, notes = [], []
+        n = len(self.stages)
+        self._stage_boxes(shapes, notes)
         # The DA hook sits on the builder's build() call: a bracket ties the two boxes.
         hb, bb = self._x(self.hook_frame), self._x(self.hook_frame + 1)
         shapes.append(dict(type="path", path=f"M {hb} {BOX_H / 2} L {hb} {BOX_H / 2 + 0.25} "
@@ -308,7 +319,7 @@ class MetadataPathDiagram:
         return "<br>".join(rows)
 
     # ---- one step ------------------------------------------------------------------------
-    def show(self, records: list[dict], i: int, frame: int | None = None) -> None:
+    def show(self, records: list[StepRecord], i: int, frame: int | None = None) -> None:
         """Show step i with the packet on box `frame`. Without `frame`: box 0 for a new step,
         the next box (wrapping) when the same step is shown again."""
         self.records = records
@@ -316,7 +327,7 @@ class MetadataPathDiagram:
             frame = (self.frame + 1) % len(self.stages) if i == self.step_i else 0
         self.step_i = i
         rec = records[i]
-        self.values = step_values(rec if isinstance(rec, dict) else rec.to_dict())
+        self.values = step_values(rec)
         self._draw(frame, full=True)
         if self.play.value != self.frame:
             self.play.value = self.frame     # keep the Play in step; its observer is a no-op

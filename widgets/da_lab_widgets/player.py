@@ -99,7 +99,7 @@ class Player:
         for d in self.diagrams:
             d.show(self.source.records, i)
         self.update_ms.append((time.perf_counter() - t0) * 1e3)
-        self.counter.value = f"step {rec.get('step', i)}"
+        self.counter.value = f"step {rec.step}"
 
     def _sync(self, i: int) -> None:
         """Move the slider and Play to i without their observers moving us again."""

@@ -17,6 +17,8 @@ import html
 import threading
 from pathlib import Path
 
+from da_lab.core.record import StepRecord
+
 from .highlight import Highlight
 from .skeleton_answers import html_one_backend, html_variant, skeleton_diff  # noqa: F401
 from .skeleton_view import (GROUP_FILL, IO_FILL, ROLE_ORDER, SECTION_ORDER, SLOT_FILL,
@@ -153,29 +155,28 @@ class SkeletonDiagram:
                        len(caption), top)
 
     # ---- one step ------------------------------------------------------------------------
-    def step_text(self, rec: dict) -> str:
-        md = rec.get("metadata")
-        if not md:
-            return (f"<b>step {rec.get('step')}</b>: no attention metadata recorded<br>"
+    def step_text(self, rec: StepRecord) -> str:
+        md = rec.metadata
+        if md is None:
+            return (f"<b>step {rec.step}</b>: no attention metadata recorded<br>"
                     "(no DA request was built this step)")
-        qsl = md.get("query_start_loc") or [0]
+        qsl = md.query_start_loc.tolist() if md.query_start_loc is not None else [0]
         n_tok = qsl[-1] - qsl[0]
         n_req = max(len(qsl) - 1, 0)
         impls = sorted({k[1] for k in attention_backends(self.skeleton)})
-        return (f"<b>step {rec.get('step')}</b>: attention call<br>"
-                f"backend <b>{md.get('backend')}</b> ({', '.join(impls)})<br>"
+        return (f"<b>step {rec.step}</b>: attention call<br>"
+                f"backend <b>{md.backend}</b> ({', '.join(impls)})<br>"
                 f"{n_tok} query token{'s' if n_tok != 1 else ''} from {n_req} "
                 f"request{'s' if n_req != 1 else ''}<br>"
-                f"query_start_loc {_short(qsl)}<br>seq_lens (kernel) {_short(md.get('seq_lens'))}"
+                f"query_start_loc {_short(qsl)}<br>seq_lens (kernel) {_short(md.seq_lens)}"
                 f"<br>× {len(self._attention_names())} attention layers, same metadata")
 
     def _attention_names(self) -> list[str]:
         return [s["name"] for s in self.skeleton["slots"] if s.get("slot") == "attention"]
 
-    def show(self, records: list[dict], i: int) -> None:
+    def show(self, records: list[StepRecord], i: int) -> None:
         rec = records[i]
-        rec = rec if isinstance(rec, dict) else rec.to_dict()
-        on = bool(rec.get("metadata"))
+        on = rec.metadata is not None
         with self.figure.batch_update():
             for k in self._attn_boxes:
                 self.figure.layout.shapes[k].line.color = STEP_LINE if on else SLOT_LINE
@@ -266,7 +267,7 @@ def _wrap(text: str, width: int) -> list[str]:
 def _short(xs, n: int = 8) -> str:
     if xs is None:
         return "—"
-    xs = list(xs)
+    xs = xs.tolist() if hasattr(xs, "tolist") else list(xs)
     return str(xs) if len(xs) <= n else "[" + ", ".join(map(str, xs[:n])) + f", … ({len(xs)})]"
 
 

@@ -1,7 +1,7 @@
 """Where the diagrams' step records come from: a recorded trace, or a Lab running in this process.
 
 Both sources look the same to a player: `.header` (provenance, skeleton, the KV map when the run
-began), `.records` (one plain dict per engine step, `StepRecord.to_dict()`), and `ensure(i)`,
+began), `.records` (one `StepRecord` per engine step, da_lab/core/record.py), and `ensure(i)`,
 which says whether record i exists — a live source makes it exist by running engine steps.
 `kv_state` replays the per-step KV changes into the physical map any diagram can draw.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from da_lab.core.record import RequestStep, StepRecord
 from da_lab.trace import Trace, apply_kv_changes, load
 
 
@@ -42,13 +43,13 @@ class LiveSource:
         # The same header a recording made now would carry (Lab.record writes these three).
         self.header = {"provenance": lab.provenance(), "skeleton": lab.skeleton(),
                        "initial_kv": lab.kv_changes_from_empty()}
-        self.records: list[dict] = []
+        self.records: list[StepRecord] = []
 
     def ensure(self, i: int) -> bool:
         while len(self.records) <= i:
             if not self.lab.has_unfinished():
                 return False
-            self.records.append(self.lab.step().to_dict())
+            self.records.append(self.lab.step())
         return i >= 0
 
     def __len__(self) -> int:
@@ -62,7 +63,7 @@ class LiveSource:
 def first_request(records: list) -> str | None:
     """The first request added in the run (what a diagram follows unless told otherwise)."""
     for rec in records:
-        for a in rec.get("added") or ():
+        for a in rec.added:
             return a["req"]
     return None
 
@@ -70,18 +71,15 @@ def first_request(records: list) -> str | None:
 def added_entry(records: list, req: str) -> dict | None:
     """The `added` entry of `req`: prompt length, max_tokens, DA layout, director script."""
     for rec in records:
-        for a in rec.get("added") or ():
-            if a.get("req") == req:
+        for a in rec.added:
+            if a["req"] == req:
                 return a
     return None
 
 
-def request_in(record: dict, req: str) -> dict | None:
+def request_in(record: StepRecord, req: str) -> RequestStep | None:
     """`req`'s part of one step record, or None if it did not run in that step."""
-    for h in record.get("requests") or ():
-        if h.get("req") == req:
-            return h
-    return None
+    return record.request(req)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,9 +115,7 @@ class _KVReplay:
             self.at = -1 if k is None else k
         while self.at < i:
             self.at += 1
-            kv = self.records[self.at].get("kv")
-            if isinstance(kv, dict):
-                apply_kv_changes(self.blocks, kv, f"record {self.at}")
+            apply_kv_changes(self.blocks, self.records[self.at].kv, f"record {self.at}")
             if self.at % CHECKPOINT == CHECKPOINT - 1:
                 self.checkpoints[self.at] = _copy(self.blocks)
         return self.blocks

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import functools
 
+from da_lab.hook import context, metadata
+from da_lab.hook.errors import DAUnsupported
 from da_lab.hook.state import TRACKER
 
-
-class DAUnsupported(RuntimeError):
-    """Raised at engine start for a model or configuration the DA hook cannot serve correctly."""
+__all__ = ["DAUnsupported", "check_specs", "check_groups", "note_runner", "patch_methods",
+           "begin_step", "wrap_execute_model", "wrap_get_kv_cache_spec",
+           "wrap_initialize_kv_cache"]
 
 
 def check_specs(vllm_config, specs: dict) -> None:
@@ -43,8 +45,6 @@ def check_groups(vllm_config, kv_cache_config) -> None:
 
 def note_runner(runner, attn_groups) -> None:
     """After initialize_kv_cache: who runs, and patch every attention backend's builder."""
-    from da_lab.hook import metadata
-
     TRACKER.runner_class = f"{type(runner).__module__}.{type(runner).__qualname__}"
     TRACKER.tokenizer_path = runner.model_config.tokenizer
     TRACKER.device = runner.device.type
@@ -54,6 +54,15 @@ def note_runner(runner, attn_groups) -> None:
             TRACKER.backend = g.backend.get_name()
             metadata.patch_builder_class(type(builder))
 
+
+def begin_step(decide, *args):
+    """A model-runner step with real requests starts: advance the hook's step, decide, and make
+    the decision this thread's step context for the builder and sampler wrappers."""
+    metadata.drain()
+    TRACKER.begin_step()
+    d = decide(*args)
+    context.current().begin(d, d.log if d is not None else None)
+    return d
 
 
 def wrap_get_kv_cache_spec(orig):
@@ -79,12 +88,11 @@ def wrap_execute_model(orig):
     """The step's decision ends with its forward; the runner's seq_lens are put back."""
     @functools.wraps(orig)
     def execute_model(self, *args, **kwargs):
-        from da_lab.hook import metadata
-
         try:
             return orig(self, *args, **kwargs)
         finally:
-            metadata.LOCAL.decision = None
+            ctx = context.current()
+            ctx.decision, ctx.log = None, None
             metadata.restore_after_forward()
     return execute_model
 

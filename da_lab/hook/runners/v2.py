@@ -22,20 +22,17 @@ import functools
 
 import numpy as np
 
-from da_lab.hook import metadata
-from da_lab.hook.metadata import LOCAL
-from da_lab.hook.runners.common import (patch_methods, wrap_execute_model, wrap_get_kv_cache_spec,
-                            wrap_initialize_kv_cache)
+from da_lab.hook import context, metadata
+from da_lab.hook.runners.common import (begin_step, patch_methods, wrap_execute_model,
+                                        wrap_get_kv_cache_spec, wrap_initialize_kv_cache)
 from da_lab.hook.state import EXTRA_LAYOUT, TRACKER
 
 _NO_BLOCKS = np.zeros(0, dtype=np.int32)
 
 
 def _decide(runner, ib):
-    metadata.drain()
     TRACKER.drop_missing(runner.req_states.req_id_to_index)
     if not TRACKER.requests:
-        TRACKER.step_index += 1
         return None
     n = ib.num_reqs
     req_ids = ib.req_ids[:n]
@@ -71,8 +68,7 @@ def _wrap_add_requests(orig):
 def _wrap_prepare_attn(orig):
     @functools.wraps(orig)
     def prepare_attn(self, input_batch):
-        d = _decide(self, input_batch)
-        LOCAL.decision = LOCAL.force = d
+        begin_step(_decide, self, input_batch)
         return orig(self, input_batch)
     return prepare_attn
 
@@ -81,8 +77,9 @@ def _wrap_sample(orig):
     @functools.wraps(orig)
     def sample(self, *args, **kwargs):
         out = orig(self, *args, **kwargs)
-        metadata.after_sampling(out[0].sampled_token_ids, getattr(LOCAL, "force", None))
-        LOCAL.force = None
+        ctx = context.current()
+        metadata.after_sampling(out[0].sampled_token_ids, ctx.force)
+        ctx.force = None
         return out
     return sample
 
@@ -111,16 +108,32 @@ RUNNER_WRAPS = (("add_requests", _wrap_add_requests),
 
 
 def install() -> bool:
-    """Patch the V2 runner if this vLLM has one (the GPU build); False otherwise."""
+    """Patch the V2 runner if this vLLM has one (the GPU build); False where it is absent (CPU,
+    or a build without the `v1/worker/gpu` package). A V2 runner that is there but can't be
+    patched raises: DA would be off on the runner GPU engines use by default."""
+    import importlib.util
+
     import torch
 
     if not torch.cuda.is_available():     # the V2 runner is GPU-only
         return False
+    if importlib.util.find_spec("vllm.v1.worker.gpu") is None:
+        return False
+    from da_lab.hook import SUPPORTED
+    from da_lab.hook.errors import DAUnsupported
+
     try:
         from vllm.v1.worker.gpu.block_table import BlockTables
         from vllm.v1.worker.gpu.model_runner import GPUModelRunner
-    except ImportError:      # e.g. a build without Triton: only the v1 runner exists
-        return False
+    except ImportError as e:
+        raise DAUnsupported(f"vLLM's V2 model runner is present but does not import ({e}); "
+                            f"the DA hook was checked against vLLM {' and '.join(SUPPORTED)}")
+    missing = [n for n, _ in RUNNER_WRAPS if not callable(getattr(GPUModelRunner, n, None))]
+    if not callable(getattr(BlockTables, "append_block_ids", None)):
+        missing.append("BlockTables.append_block_ids")
+    if missing:
+        raise DAUnsupported(f"vLLM's V2 model runner lacks {', '.join(missing)}; the DA hook "
+                            f"was checked against vLLM {' and '.join(SUPPORTED)}")
     patch_methods(GPUModelRunner, RUNNER_WRAPS)
     patch_methods(BlockTables, (("append_block_ids", _wrap_append_block_ids),))
     return True

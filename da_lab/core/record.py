@@ -1,0 +1,367 @@
+"""The step record: what one engine step did, from the hook to the trace and the widgets.
+
+One `StepRecord` per engine step, holding one `RequestStep` per request the step touched. The
+hook creates each `RequestStep` (hook/state.py), the attention-builder wrapper fills in what the
+builder received on that same object (hook/metadata.py), the Lab adds the engine's outputs and
+assembles the `StepRecord` (engine/lab.py). Live or loaded from a trace, it is the same object.
+
+Units: positions and lengths in tokens; rows and kept positions in blocks (`block_size` tokens
+each); `wall_s` in seconds, `hook_us` in microseconds. Rows are numpy arrays: physical block
+ids (int32, as vLLM's block table holds them) and logical block indices (int64).
+
+Only what can't be derived is stored: the staged row (logical -> physical, what vLLM prepared),
+the kept logical blocks (None: all of them), and the row/seq_len the builder received only where
+they differ from what the hook computed. `to_json()` writes schema 2; `from_json()` reads schema 2
+and the schema-1 dicts of older traces. Malformed content raises `RecordError` naming the step
+and the field. Imports numpy only: a laptop replays a GPU run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+
+__all__ = ["SCHEMA", "RecordError", "Metadata", "RequestStep", "StepRecord"]
+
+SCHEMA = 2
+ROW_DTYPE = np.int32      # physical block ids
+LOGICAL_DTYPE = np.int64  # logical block indices / token positions
+
+
+class RecordError(ValueError):
+    """A record's content is malformed; the message names the step and the field."""
+
+
+# ---- validation helpers (one-line messages) --------------------------------------------------
+def _where(step: Any, name: str) -> str:
+    return f"step {step}: {name}"
+
+
+def _int(d: dict, key: str, step: Any, ctx: str = "", default: Any = ...) -> Any:
+    v = d.get(key, default)
+    if v is ...:
+        raise RecordError(f"{_where(step, ctx + key)} is missing")
+    if v is None and default is None:
+        return None
+    if not isinstance(v, Integral) or isinstance(v, bool):
+        raise RecordError(f"{_where(step, ctx + key)} is {type(v).__name__} {v!r:.40}, "
+                          "not an int")
+    return int(v)
+
+
+def _typed(d: dict, key: str, types: tuple, step: Any, ctx: str = "", default: Any = ...):
+    v = d.get(key, default)
+    if v is ...:
+        raise RecordError(f"{_where(step, ctx + key)} is missing")
+    if v is not None and not isinstance(v, types):
+        want = " or ".join(t.__name__ for t in types)
+        raise RecordError(f"{_where(step, ctx + key)} is {type(v).__name__}, not {want}")
+    return v
+
+
+def _array(d: dict, key: str, dtype, step: Any, ctx: str = "") -> np.ndarray | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if isinstance(v, np.ndarray):
+        return v
+    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool)
+                                          for x in v):
+        raise RecordError(f"{_where(step, ctx + key)} is not a list of ints")
+    return np.asarray(v, dtype=dtype)
+
+
+def _list(a) -> list | None:
+    return None if a is None else a.tolist() if isinstance(a, np.ndarray) else list(a)
+
+
+def _equal(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.shape == b.shape and bool(np.array_equal(a, b))
+
+
+# ---- the attention metadata bundle -----------------------------------------------------------
+@dataclass(eq=False)
+class Metadata:
+    """What the attention builder received for the whole batch (one per step)."""
+    query_start_loc: np.ndarray     # int32, tokens: batch row i's queries are [q[i], q[i+1])
+    seq_lens: np.ndarray            # int32, tokens each row's kernel reads (after the DA edit)
+    slot_mapping: np.ndarray        # int64, KV cache slot each scheduled token is written to
+    block_table_shape: tuple        # (rows, blocks) of the runner's block table
+    max_seq_len: int                # tokens
+    backend: str = ""
+    runner: str = ""
+
+    def to_json(self, arrays: bool = False) -> dict:
+        conv = (lambda a: a) if arrays else _list
+        return {"query_start_loc": conv(self.query_start_loc), "seq_lens": conv(self.seq_lens),
+                "slot_mapping": conv(self.slot_mapping),
+                "block_table_shape": list(self.block_table_shape),
+                "max_seq_len": self.max_seq_len, "backend": self.backend, "runner": self.runner}
+
+    @classmethod
+    def from_json(cls, d: Any, step: Any = "?") -> "Metadata | None":
+        if d is None:
+            return None
+        if not isinstance(d, dict):
+            raise RecordError(f"{_where(step, 'metadata')} is {type(d).__name__}, not an object")
+        c = "metadata."
+        shape = _typed(d, "block_table_shape", (list, tuple), step, c, None) or ()
+        return cls(_array(d, "query_start_loc", np.int32, step, c),
+                   _array(d, "seq_lens", np.int32, step, c),
+                   _array(d, "slot_mapping", np.int64, step, c), tuple(shape),
+                   _int(d, "max_seq_len", step, c, None),
+                   _typed(d, "backend", (str,), step, c, "") or "",
+                   _typed(d, "runner", (str,), step, c, "") or "")
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Metadata) and all(
+            _equal(getattr(self, f.name), getattr(other, f.name))
+            if isinstance(getattr(self, f.name), np.ndarray)
+            else getattr(self, f.name) == getattr(other, f.name) for f in fields(self))
+
+
+# ---- one request in one step -----------------------------------------------------------------
+_HOOK_INTS = ("row", "block_size", "seq_len", "query_len")
+
+
+@dataclass(eq=False)
+class RequestStep:
+    """One request in one engine step. The hook fields are None for a request the hook does not
+    track (no DA layout); the output fields are None when the step produced no output for it."""
+    req: str                                  # the caller's request id
+    row: int | None = None                    # batch row
+    block_size: int | None = None             # tokens per block
+    seq_len: int | None = None                # tokens in the context after this step's queries
+    query_len: int | None = None              # tokens computed this step (prefill chunk or 1)
+    directive: dict | None = None             # the active directive, Directive.to_dict()
+    tag_buffer: str = ""                      # text of a tag being written, not yet closed
+    n_output_seen: int = 0                    # output tokens the tag machine has read
+    tokens_unseen: int = 0                    # sampled, not yet read (async scheduling: <= 1)
+    events: list[dict] = field(default_factory=list)   # tag events of this step
+    staged_row: np.ndarray | None = None      # int32 physical ids, logical order; None: not kept
+    kept_logical: np.ndarray | None = None    # int64 logical blocks the kernel reads; None: all
+    built_seq_len: int | None = None          # tokens the builder received; None: not observed
+    built_row: np.ndarray | None = None       # builder's row, only where != kernel_row
+    new_token_ids: list[int] | None = None    # tokens the engine returned this step
+    new_text: str | None = None
+    finished: bool | None = None
+
+    # ---- derived ----------------------------------------------------------------------------
+    @property
+    def hooked(self) -> bool:
+        """The hook tracked this request at this step (it has a directive and a row)."""
+        return self.seq_len is not None
+
+    @property
+    def mode(self) -> str | None:
+        return None if self.directive is None else self.directive.get("mode")
+
+    @property
+    def blocks_total(self) -> int | None:
+        """Blocks of the full context (ceil(seq_len / block_size))."""
+        return None if self.seq_len is None else -(-self.seq_len // self.block_size)
+
+    @property
+    def blocks_kept(self) -> int | None:
+        """Blocks the hook kept for the kernel."""
+        if self.kept_logical is not None:
+            return len(self.kept_logical)
+        return self.blocks_total
+
+    @property
+    def attn_seq_len(self) -> int | None:
+        """Tokens the hook asked the kernel to read: seq_len less the hidden blocks."""
+        if self.seq_len is None:
+            return None
+        return self.seq_len - (self.blocks_total - self.blocks_kept) * self.block_size
+
+    @property
+    def blocks_read(self) -> int | None:
+        """Blocks the kernel read: from what the builder received when it was observed."""
+        if self.built_seq_len is not None:
+            return -(-self.built_seq_len // self.block_size)
+        return self.blocks_kept
+
+    @property
+    def kept(self) -> np.ndarray | None:
+        """The kept logical blocks, explicit (all of them when nothing was hidden)."""
+        if self.kept_logical is not None or self.seq_len is None:
+            return self.kept_logical
+        return np.arange(self.blocks_total, dtype=LOGICAL_DTYPE)
+
+    @property
+    def kernel_row(self) -> np.ndarray | None:
+        """The compacted row the hook computed: staged_row[kept_logical]."""
+        if self.staged_row is None or self.kept_logical is None:
+            return self.staged_row
+        return self.staged_row[self.kept_logical]
+
+    @property
+    def read_row(self) -> np.ndarray | None:
+        """The row the kernel read: the builder's when it differed, else kernel_row."""
+        return self.built_row if self.built_row is not None else self.kernel_row
+
+    def note_built(self, seq_len: int, row: np.ndarray | None) -> None:
+        """What the attention builder received for this request (hook/metadata.py)."""
+        self.built_seq_len = seq_len
+        if row is not None:
+            kernel = self.kernel_row
+            # Bytes compare fastest; the usual case (equal) stores nothing.
+            same = kernel is not None and row.dtype == kernel.dtype and \
+                row.tobytes() == kernel.tobytes()
+            self.built_row = None if same else row
+
+    def set_output(self, token_ids: list[int], text: str, finished: bool) -> None:
+        self.new_token_ids, self.new_text, self.finished = token_ids, text, finished
+
+    # ---- JSON -------------------------------------------------------------------------------
+    def to_json(self, arrays: bool = False) -> dict:
+        """Schema 2. `arrays=True` leaves numpy arrays in (for encoders that reuse them)."""
+        conv = (lambda a: a) if arrays else _list
+        d: dict = {"req": self.req}
+        if self.hooked:
+            d.update(row=self.row, block_size=self.block_size, seq_len=self.seq_len,
+                     query_len=self.query_len, directive=self.directive,
+                     tag_buffer=self.tag_buffer, n_output_seen=self.n_output_seen,
+                     tokens_unseen=self.tokens_unseen, events=self.events)
+            for k in ("staged_row", "kept_logical", "built_row"):
+                v = getattr(self, k)
+                if v is not None:
+                    d[k] = conv(v)
+            if self.built_seq_len is not None:
+                d["built_seq_len"] = self.built_seq_len
+        if self.new_token_ids is not None:
+            d.update(new_token_ids=list(self.new_token_ids), new_text=self.new_text,
+                     finished=self.finished)
+        return d
+
+    @classmethod
+    def from_json(cls, d: Any, step: Any = "?", i: int = 0, schema: int = SCHEMA) -> "RequestStep":
+        if not isinstance(d, dict):
+            raise RecordError(f"{_where(step, f'requests[{i}]')} is {type(d).__name__}, "
+                              "not an object")
+        c = f"requests[{i}]."
+        r = cls(_typed(d, "req", (str,), step, c))
+        if "seq_len" in d or "mode" in d or "directive" in d:
+            _hook_fields(r, d, step, c, schema)
+        if d.get("new_token_ids") is not None:
+            toks = _array(d, "new_token_ids", np.int64, step, c)
+            r.set_output(toks.tolist(), _typed(d, "new_text", (str,), step, c, "") or "",
+                         bool(_typed(d, "finished", (bool,), step, c, False)))
+        return r
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, RequestStep):
+            return NotImplemented
+        for f in fields(self):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+                if not _equal(a, b):
+                    return False
+            elif a != b:
+                return False
+        return True
+
+
+def _hook_fields(r: RequestStep, d: dict, step: Any, c: str, schema: int) -> None:
+    """The hook's part of a request entry (schema 1 or 2) into `r`, checked."""
+    r.row, r.block_size, r.seq_len, r.query_len = (_int(d, k, step, c) for k in _HOOK_INTS)
+    if r.block_size <= 0:
+        raise RecordError(f"{_where(step, c + 'block_size')} is {r.block_size}, not > 0")
+    directive = _typed(d, "directive", (dict,), step, c, None)
+    if directive is None:           # schema-1 records written before directives were kept
+        directive = {"mode": _typed(d, "mode", (str,), step, c)}
+    r.directive = directive
+    r.tag_buffer = _typed(d, "tag_buffer", (str,), step, c)
+    r.n_output_seen = _int(d, "n_output_seen", step, c, 0)
+    r.tokens_unseen = _int(d, "tokens_unseen", step, c, 0)
+    r.events = _typed(d, "events", (list,), step, c, None) or []
+    r.staged_row = _array(d, "staged_row", ROW_DTYPE, step, c)
+    kept = _array(d, "kept_logical", LOGICAL_DTYPE, step, c)
+    total = r.blocks_total
+    if schema == 1:
+        # Schema 1 stored all kept positions (also when nothing was hidden) and the derived
+        # numbers; without kept_logical, attn_seq_len says whether blocks were hidden.
+        if kept is not None and len(kept) == total:
+            kept = None
+        elif kept is None and _int(d, "attn_seq_len", step, c, r.seq_len) < r.seq_len:
+            raise RecordError(f"{_where(step, c + 'kept_logical')} is missing for a masked "
+                              "request (a schema-1 record written without rows)")
+    if kept is not None and len(kept) and (kept.min() < 0 or kept.max() >= total):
+        raise RecordError(f"{_where(step, c + 'kept_logical')} has blocks outside 0..{total - 1}")
+    if r.staged_row is not None and kept is not None and len(r.staged_row) < total:
+        raise RecordError(f"{_where(step, c + 'staged_row')} has {len(r.staged_row)} blocks, "
+                          f"fewer than the {total} of seq_len {r.seq_len}")
+    r.kept_logical = kept
+    built = _int(d, "built_seq_len", step, c, None)
+    row = _array(d, "built_row", ROW_DTYPE, step, c)
+    if built is not None:
+        r.note_built(built, row)
+    elif row is not None:
+        r.built_row = row
+
+
+# ---- one engine step -------------------------------------------------------------------------
+@dataclass(eq=False)
+class StepRecord:
+    """Everything one engine step did. `to_json()` is exactly what a trace stores."""
+    step: int                                            # the Lab's engine step index
+    wall_s: float = 0.0                                  # seconds engine.step() took
+    hook_us: float = 0.0                                 # microseconds the hook's decision took
+    requests: list[RequestStep] = field(default_factory=list)
+    kv: dict = field(default_factory=dict)      # physical KV map changes (engine/kvmap.py)
+    metadata: Metadata | None = None            # the attention metadata bundle
+    added: list[dict] = field(default_factory=list)      # requests added before this step
+    warnings: list[dict] = field(default_factory=list)   # hook warning events of this step
+
+    @property
+    def scheduled(self) -> list[dict]:
+        """[{"req", "query_len"}] of the requests the hook saw scheduled."""
+        return [{"req": r.req, "query_len": r.query_len} for r in self.requests if r.hooked]
+
+    def request(self, req: str) -> RequestStep | None:
+        for r in self.requests:
+            if r.req == req:
+                return r
+        return None
+
+    def to_json(self, arrays: bool = False) -> dict:
+        return {"step": self.step, "wall_s": self.wall_s, "hook_us": self.hook_us,
+                "requests": [r.to_json(arrays) for r in self.requests], "kv": self.kv,
+                "metadata": None if self.metadata is None else self.metadata.to_json(arrays),
+                "added": self.added, "warnings": self.warnings}
+
+    @classmethod
+    def from_json(cls, d: Any, schema: int = SCHEMA) -> "StepRecord":
+        """A record from its JSON dict (schema 2, or the schema-1 dicts of older traces)."""
+        if not isinstance(d, dict):
+            raise RecordError(f"a record is a JSON {type(d).__name__}, not an object")
+        step = _int(d, "step", "?")
+        reqs = _typed(d, "requests", (list,), step, "", None) or []
+        return cls(step, float(_typed(d, "wall_s", (Real,), step, "", 0.0) or 0.0),
+                   float(_typed(d, "hook_us", (Real,), step, "", 0.0) or 0.0),
+                   [RequestStep.from_json(r, step, i, schema) for i, r in enumerate(reqs)],
+                   _typed(d, "kv", (dict,), step, "", None) or {},
+                   Metadata.from_json(d.get("metadata"), step),
+                   _dicts(d, "added", step), _dicts(d, "warnings", step))
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, StepRecord):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self))
+
+
+def _dicts(d: dict, key: str, step: Any) -> list[dict]:
+    v = _typed(d, key, (list,), step, "", None) or []
+    for i, x in enumerate(v):
+        if not isinstance(x, dict):
+            raise RecordError(f"{_where(step, f'{key}[{i}]')} is {type(x).__name__}, "
+                              "not an object")
+        if key == "added":
+            _typed(x, "req", (str,), step, f"added[{i}].")
+    return v

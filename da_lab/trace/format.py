@@ -1,0 +1,120 @@
+"""The trace file format shared by the writer and the reader.
+
+Two formats, picked by the file extension:
+    .jsonl.gz   gzip text; line 1 is the header JSON, then one record JSON per line. Flushed
+                after every record, so a run that dies still leaves its steps readable.
+    .parquet    one row per record: `step` (int64) and `record` (the record JSON, string);
+                the header JSON lives in the file's key-value metadata under b"da_lab.trace".
+                Written in zstd row groups; meant for large runs.
+The header is {"kind": "da_lab.trace", "schema": SCHEMA, "provenance": {...}, ...}; a record is
+a `StepRecord.to_json()` (da_lab/core/record.py; schema 1 files hold the older dict form).
+
+Only the standard library and numpy are needed for .jsonl.gz; pandas and pyarrow are imported
+lazily (for to_pandas and .parquet). Never import vllm/torch here: a laptop must replay a GPU run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from da_lab.core.record import SCHEMA, RecordError, StepRecord
+
+KIND = "da_lab.trace"
+PARQUET_KEY = b"da_lab.trace"
+ROW_GROUP_SIZE = 1000
+# ...or fewer: a row group is held in memory until written, and one step of a batch of 64 at
+# 8k context is ~0.7 MB of JSON.
+ROW_GROUP_BYTES = 64 << 20
+_FORMATS = (".jsonl.gz", ".parquet")
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+class TraceError(ValueError):
+    """A trace could not be read (or would not be readable if written): one line, names the file."""
+
+
+# ---------------------------------------------------------------------------------------------
+# small helpers
+
+
+def _oneline(exc: BaseException, limit: int = 160) -> str:
+    """An exception's message reduced to one short line (Arrow messages span many)."""
+    text = str(exc).strip()
+    text = text.splitlines()[0] if text else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _format_of(path: Path) -> str:
+    name = path.name.lower()
+    for ext in _FORMATS:
+        if name.endswith(ext):
+            return ext
+    raise TraceError(f"{path}: unknown trace format, use .jsonl.gz or .parquet")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)  # JSON true is not a step number
+
+
+def _plural(n: int) -> str:
+    return f"{n} record" if n == 1 else f"{n} records"
+
+
+def _check_header(where: str, header: Any, origin: str = "header") -> dict:
+    if not isinstance(header, dict) or header.get("kind") != KIND:
+        raise TraceError(f'{where}: not a da_lab trace ({origin} has no "kind": "{KIND}")')
+    schema = header.get("schema")
+    if not _is_int(schema) or schema < 1:
+        raise TraceError(f"{where}: header has an invalid schema {schema!r} (expected an int >= 1)")
+    if schema > SCHEMA:
+        raise TraceError(f"{where}: schema {schema} is newer than this da_lab reads ({SCHEMA})")
+    return header
+
+
+def _check_record(where: str, i: int, rec: Any) -> dict:
+    if not isinstance(rec, dict):
+        raise TraceError(f"{where}: record {i} is a JSON {type(rec).__name__}, not an object")
+    if not _is_int(rec.get("step")):
+        raise TraceError(f'{where}: record {i} has no integer "step"')
+    if "requests" in rec and not isinstance(rec["requests"], list):
+        raise TraceError(f'{where}: record {i} (step {rec["step"]}): "requests" is not a list')
+    return rec
+
+
+def check_writable(path: Path, i: int, record: Any) -> None:
+    """Refuse now what load() would refuse later (the JSON encoding itself is checked when
+    the record is encoded). `record`: a StepRecord or its JSON dict."""
+    step = record.step if isinstance(record, StepRecord) else \
+        _check_record(str(path), i, record)["step"]
+    if _format_of(path) == ".parquet" and not _INT64[0] <= step <= _INT64[1]:
+        raise TraceError(f"{path}: record {i}: step {step} does not fit the int64 step column")
+    if not isinstance(record, StepRecord):
+        try:      # a dict must be a record load() reads back (StepRecord.to_json's form)
+            StepRecord.from_json(record, SCHEMA)
+        except RecordError as e:
+            raise TraceError(f"{path}: record {i} ({e})") from None
+
+
+def _json_default(o: Any) -> Any:
+    # Hook code may hand over numpy scalars/arrays; everything else must already be JSON.
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    raise TypeError(f"{type(o).__name__} is not JSON-serializable")
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), default=_json_default)
+
+
+
+
+def _pyarrow(p: Path):
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise TraceError(f"{p}: .parquet traces need pyarrow (pip install pyarrow), "
+                         "or use .jsonl.gz") from None
+    return pa, pq

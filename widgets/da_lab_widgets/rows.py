@@ -1,0 +1,160 @@
+"""What the diagrams that draw rows of blocks share: the region colours, the one-message plotly
+updater (`Pusher`), the fixed view of the request a diagram follows (`RequestView`), and a step
+record's rows as plain lists."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import plotly.colors as pcolors
+import plotly.graph_objects as go
+
+from da_lab.core.layout import Layout
+from da_lab.core.record import RequestStep
+
+from .source import added_entry
+
+# ---- colours shared by the diagrams that colour blocks by DA region -------------------------
+SCAFFOLD = "#e09f3e"     # scaffold head, incl. the attention sink (block 0)
+TAIL = "#f2c57c"         # scaffold tail: the question (always kept, like the head)
+RESPONSE = "#2a9d8f"
+MASKED = "#d0d0d0"       # hidden from the kernel this step
+FREE = "#eeeeee"
+CACHED = "#f3e9c6"       # free but still holding a prefix-cache hash (drawn outlined too)
+NONE = "rgba(0,0,0,0)"   # a slot past the end of the row: drawn as nothing
+HL = "#111111"           # the shared highlight's outline
+FLASH = "#ff5400"        # a block append_row added this step
+OWNERS = pcolors.qualitative.Set2
+
+
+def chunk_colors(n: int) -> list[str]:
+    """n distinct blues where neighbours always contrast: odd chunks from the darker part of
+    the ramp, even chunks from the lighter part (hiding C3 but not C4 must show at a glance)."""
+    if n <= 0:
+        return []
+    half = (n + 1) // 2
+    pos = []
+    for k in range(n):
+        rank = k // 2 / max(half - 1, 1)
+        pos.append(0.55 + 0.3 * rank if k % 2 == 0 else 0.18 + 0.25 * rank)
+    return pcolors.sample_colorscale("Blues", pos)
+
+
+def ink(color: str) -> str:
+    """Text colour that reads on `color` (white on dark fills, near-black elsewhere)."""
+    c = color.strip()
+    if c.startswith("#") and len(c) == 7:
+        r, g, b = (int(c[k:k + 2], 16) for k in (1, 3, 5))
+    elif c.startswith("rgb(") and c.endswith(")"):
+        r, g, b = (float(x) for x in c[4:-1].split(",")[:3])
+    else:
+        return "#111"
+    return "white" if 0.299 * r + 0.587 * g + 0.114 * b < 140 else "#111"
+
+
+class Pusher:
+    """Sends a figure's changes as ONE plotly update per call (one message, one redraw).
+
+    plotly_update skips plotly's per-element validators, which cost ~1 ms per array of colours;
+    every value here is built by this package as plain lists of str/number, so nothing needs
+    validating. Call with {trace index: {"marker.color": [...], ...}} and relayout changes.
+
+    Every trace in one update gets every key: a trace with nothing new for a key resends what it
+    was last sent (remembered here, so that costs no lookup in the figure). plotly.py's own way
+    to say "leave this trace alone", an Undefined, reaches the anywidget front end as a real
+    undefined that wipes the property in its copy of the figure, so a figure updated that way
+    (batch_update over traces with different keys, too) draws wrongly in the browser."""
+
+    def __init__(self, fig: go.FigureWidget) -> None:
+        self.fig = fig
+        self.sent: dict[int, dict] = {}
+
+    def __call__(self, traces: dict[int, dict], layout: dict | None = None) -> None:
+        idx = sorted(traces)
+        # Keys whose every value equals what was sent last time stay out of the message:
+        # comparing two lists here is far cheaper than plotly's per-key bookkeeping.
+        keys = sorted(k for k in {k for i in idx for k in traces[i]}
+                      if any(k not in self.sent.get(i, {}) or traces[i].get(k, _UNSENT)
+                             not in (_UNSENT, self.sent[i][k]) for i in idx))
+        if not keys and not layout:
+            return
+        restyle = {}
+        for k in keys:
+            vals = []
+            for i in idx:
+                if k in traces[i]:
+                    v = traces[i][k]
+                else:
+                    v = self.sent.get(i, {}).get(k, _UNSENT)
+                    if v is _UNSENT:
+                        v = self.fig.data[i][k]
+                vals.append(list(v) if isinstance(v, tuple) else v)
+            restyle[k] = vals
+        for n, i in enumerate(idx):
+            self.sent.setdefault(i, {}).update((k, restyle[k][n]) for k in keys)
+        self.fig.plotly_update(restyle_data=restyle, relayout_data=layout or {},
+                               trace_indexes=idx)
+
+
+_UNSENT = object()
+
+
+@dataclass
+class RequestView:
+    """What never changes about the request a diagram follows: its layout and the colour and
+    region of each logical block slot it can ever have."""
+    req: str
+    layout: Layout | None
+    prompt_len: int
+    n_slots: int
+    regions: list[str]     # per logical block: "scaffold", "C1".., "tail", "response", "prompt"
+    colors: list[str]
+    inks: list[str]        # text colour on each block's colour
+
+    @classmethod
+    def of(cls, records: list, req: str, block_size: int, num_blocks: int) -> "RequestView":
+        added = added_entry(records, req) or {}
+        lay = added.get("layout")
+        layout = Layout.from_dict(lay) if isinstance(lay, dict) else None
+        prompt_len = int(added.get("prompt_len") or (layout.prompt_len if layout else 0))
+        need = -(-(prompt_len + int(added.get("max_tokens") or 0)) // block_size)
+        # A request never holds more blocks than the cache has; a record may still show a
+        # longer row than `added` promised (then the diagram rebinds with more slots).
+        n = max(1, min(need, num_blocks) if need else num_blocks)
+        return cls.sized(req, layout, prompt_len, n, block_size)
+
+    @classmethod
+    def sized(cls, req, layout, prompt_len, n, block_size) -> "RequestView":
+        cc = chunk_colors(layout.n_chunks) if layout else []
+        regions, colors = [], []
+        for j in range(n):
+            if layout is not None:
+                r = layout.region_of(j)
+            else:
+                r = "prompt" if j * block_size < prompt_len else "response"
+            regions.append(r)
+            colors.append({"scaffold": SCAFFOLD, "prompt": SCAFFOLD, "tail": TAIL,
+                           "response": RESPONSE}.get(r) or cc[int(r[1:]) - 1])
+        return cls(req, layout, prompt_len, n, regions, colors, [ink(c) for c in colors])
+
+    @classmethod
+    def reuse(cls, view, records: list, req: str, block_size: int, num_blocks: int,
+              n_min: int = 0) -> "RequestView":
+        """Keep `view` while it shows `req` and is wide enough; else size a new one."""
+        if view is None or view.req != req:
+            view = cls.of(records, req, block_size, num_blocks)
+        return view.grown(n_min, block_size) if n_min > view.n_slots else view
+
+    def grown(self, n: int, block_size: int) -> "RequestView":
+        return self.sized(self.req, self.layout, self.prompt_len, n, block_size)
+
+
+def phys_row(h: RequestStep) -> list[int]:
+    """The staged row of a request record (logical index -> physical id); [] if not recorded."""
+    return [] if h.staged_row is None else h.staged_row.tolist()
+
+
+def kernel_row(h: RequestStep) -> list[int]:
+    """The row the kernel read (what the attention builder received)."""
+    row = h.read_row
+    return [] if row is None else row.tolist()
