@@ -78,7 +78,7 @@ def concurrent(lab, reference, n: int, max_tokens: int) -> dict:
         lab.step()
         steps += 1
     stalls = int(lab.has_unfinished())
-    flagged = unflagged = matched = 0
+    flagged = unflagged = matched = recomputed = 0
     for k, rid in enumerate(rids):
         res, st = lab.result(rid), lab.request_state(rid)
         if not res["finished"] or st is None:
@@ -86,6 +86,7 @@ def concurrent(lab, reference, n: int, max_tokens: int) -> dict:
         r = check(reference, prompts[k % 4].token_ids, res["token_ids"], st.mask_history,
                   lab.block_size, forced=lab.requests[rid]["forced"])
         flagged += res["recomputed_under_mask"]
+        recomputed += any(s > 0 and e - s > 1 for s, e, _ in st.mask_history)
         if not r.mismatches_masked:
             matched += 1
         elif not res["recomputed_under_mask"]:
@@ -99,6 +100,7 @@ def concurrent(lab, reference, n: int, max_tokens: int) -> dict:
                                   lab.block_size).mismatches_masked)
     return {"requests": n, "max_tokens": max_tokens, "num_blocks": lab.num_blocks,
             "steps": steps, "stalls": stalls, "matched_oracle": matched, "flagged": flagged,
+            "recomputed": recomputed,
             "unflagged_mismatches": unflagged, "plain_after_wrong": cache_wrong}
 
 
@@ -210,7 +212,7 @@ def main(argv=None) -> int:
     lab = Lab(build_tiny_model())
     try:
         res["provenance"] = lab.provenance()
-        res["concurrent"] = concurrent(lab, load_reference(lab.model), args.concurrent, 24)
+        res["concurrent"] = concurrent(lab, load_reference(lab.model), args.concurrent, 32)
         res["lifecycles"] = lifecycles(lab, args.lifecycles)
         res["bad_api"] = bad_api_calls(lab)
     finally:
