@@ -200,6 +200,9 @@ def main(argv=None) -> int:
     ap.add_argument("--streams", type=int, default=100_000)
     ap.add_argument("--concurrent", type=int, default=64)
     ap.add_argument("--lifecycles", type=int, default=10_000)
+    ap.add_argument("--concurrent-tokens", type=int, default=128,
+                    help="output tokens per concurrent request: long enough that the running "
+                         "requests outgrow the 64 blocks and vLLM preempts some")
     ap.add_argument("--out", default=None, help="default bench/results/reliability-<date>.json")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -212,7 +215,8 @@ def main(argv=None) -> int:
     lab = Lab(build_tiny_model())
     try:
         res["provenance"] = lab.provenance()
-        res["concurrent"] = concurrent(lab, load_reference(lab.model), args.concurrent, 32)
+        res["concurrent"] = concurrent(lab, load_reference(lab.model), args.concurrent,
+                                       args.concurrent_tokens)
         res["lifecycles"] = lifecycles(lab, args.lifecycles)
         res["bad_api"] = bad_api_calls(lab)
     finally:
