@@ -200,7 +200,7 @@ def main(argv=None) -> int:
     ap.add_argument("--streams", type=int, default=100_000)
     ap.add_argument("--concurrent", type=int, default=64)
     ap.add_argument("--lifecycles", type=int, default=10_000)
-    ap.add_argument("--concurrent-tokens", type=int, default=128,
+    ap.add_argument("--concurrent-tokens", type=int, default=224,
                     help="output tokens per concurrent request: long enough that the running "
                          "requests outgrow the 64 blocks and vLLM preempts some")
     ap.add_argument("--out", default=None, help="default bench/results/reliability-<date>.json")
