@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from da_lab.engine.env import quiet_stdout as _quiet_stdout
 
@@ -26,6 +27,20 @@ def demo_rows(records, rid: str) -> list[dict]:
     return rows
 
 
+def demo_flags(records, rid: str) -> list[dict]:
+    """Warnings that change what the request's tokens mean (engine/results.py FLAG_KINDS)."""
+    from da_lab.engine.results import FLAG_KINDS
+
+    flags = []
+    for rec in records:
+        for w in rec.warnings:
+            if isinstance(w, dict) and w.get("req") == rid and w.get("kind") in FLAG_KINDS \
+                    and all(f["kind"] != w["kind"] for f in flags):
+                flags.append({"kind": w["kind"], "step": w.get("step"),
+                              "message": w.get("detail", "")})
+    return flags
+
+
 def _emit(doc: dict, as_json: bool, out) -> None:
     if as_json:
         out.write(json.dumps(doc) + "\n")
@@ -36,20 +51,48 @@ def _emit(doc: dict, as_json: bool, out) -> None:
     for r in doc["steps"]:
         print(f"{r['step']:>4}  {r['mode']:<6}  {r['tag_buffer']!r:<16}  {r['blocks_total']:>6}"
               f"  {r['blocks_read']:>4}  {r['text']!r}")
+    for f in doc.get("flags", ()):
+        print(f"FLAG {f['kind']} (step {f['step']}): {f['message']}")
 
 
 _PROVENANCE = ("vllm", "device", "model", "runner", "block_size")
 
 
-def _doc(prov: dict, rows: list[dict]) -> dict:
+def _doc(prov: dict, rows: list[dict], flags: list[dict] = ()) -> dict:
     missing = [k for k in _PROVENANCE if k not in prov]
     if missing:
         raise ValueError(f"the header's provenance lacks {', '.join(missing)}")
     return {"engine": prov["vllm"], "device": prov["device"], "model": prov["model"],
-            "runner": prov["runner"], "block_size": prov["block_size"], "steps": rows}
+            "runner": prov["runner"], "block_size": prov["block_size"], "steps": rows,
+            "flags": list(flags)}
+
+
+def _bad_live_args(args, record_to: str | None) -> str | None:
+    """What is wrong with demo/record's arguments, found before an engine starts."""
+    if args.max_tokens < 1:
+        return f"--max-tokens must be at least 1, not {args.max_tokens}"
+    if getattr(args, "chunk_blocks", 2) < 1:
+        return f"--chunk-blocks must be at least 1, not {args.chunk_blocks}"
+    if args.max_model_len is not None and args.max_model_len < 1:
+        return f"--max-model-len must be at least 1, not {args.max_model_len}"
+    if record_to:
+        from da_lab.trace.io import TraceError, _format_of
+
+        try:
+            _format_of(Path(record_to))
+        except TraceError as e:
+            return f"--out: {e}"
+        parent = os.path.dirname(os.path.abspath(record_to))
+        if not os.path.isdir(parent):
+            return f"--out: folder {parent} does not exist"
+    return None
 
 
 def _live(args, record_to: str | None = None) -> int:
+    bad = _bad_live_args(args, record_to)
+    if bad:
+        print(f"da-lab: {bad}", file=sys.stderr)
+        return 2
     out = _quiet_stdout() if args.json else sys.stdout
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     from da_lab.engine.lab import Lab
@@ -65,16 +108,24 @@ def _live(args, record_to: str | None = None) -> int:
     # Room for the prompt (head + 12 chunks + tail) and the response, plus a little slack.
     blocks = max(64, 12 * chunk_blocks + 8 + -(-args.max_tokens // 32))
     try:
-        lab = Lab(model, num_blocks=blocks, **extra)
+        lab = Lab(model, num_blocks=blocks, max_model_len=args.max_model_len, **extra)
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         print(f"da-lab: {e}", file=sys.stderr)
         return 2
     try:
+        prompt = lab.seed_prompt(chunk_blocks=chunk_blocks)
+        # The seed tags that fit: each must close before the last output token.
+        tags = [(at, t) for at, t in SEED_TAGS
+                if at + len(lab.encode(t)) < args.max_tokens]
+        rid = lab.add_request(prompt, tags=tags, max_tokens=args.max_tokens,
+                              request_id="seed")
         if record_to:
             lab.record(record_to)
-        rid = lab.add_request(lab.seed_prompt(chunk_blocks=chunk_blocks), tags=SEED_TAGS,
-                              max_tokens=args.max_tokens, request_id="seed")
-        doc = _doc(lab.provenance(), demo_rows(lab.run(), rid))
+        records = lab.run()
+        doc = _doc(lab.provenance(), demo_rows(records, rid), demo_flags(records, rid))
+    except ValueError as e:
+        print(f"da-lab: {e}", file=sys.stderr)
+        return 2
     finally:
         lab.shutdown()
     _emit(doc, args.json, out)
@@ -100,12 +151,17 @@ def cmd_replay(args) -> int:
     except TraceError as e:
         print(f"da-lab: {e}", file=sys.stderr)
         return 2
-    rid = args.request or next((a["req"] for r in tr for a in r.added), None)
+    added = [a["req"] for r in tr for a in r.added]
+    rid = args.request or next(iter(added), None)
     if rid is None:
         print(f"da-lab: {args.file}: the trace adds no request", file=sys.stderr)
         return 2
+    if rid not in added:
+        shown = ", ".join(added[:10]) + (" ..." if len(added) > 10 else "")
+        print(f"da-lab: {args.file}: no request {rid!r} (requests: {shown})", file=sys.stderr)
+        return 2
     try:
-        doc = _doc(tr.provenance, demo_rows(tr.records, rid))
+        doc = _doc(tr.provenance, demo_rows(tr.records, rid), demo_flags(tr.records, rid))
     except ValueError as e:
         print(f"da-lab: {args.file}: {e}", file=sys.stderr)
         return 2
@@ -161,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
                                        "llama-8b-dummy (GPU: Llama-3-8B's shape, dummy weights)")
         d.add_argument("--json", action="store_true", help="one JSON document on stdout")
         d.add_argument("--max-tokens", type=int, default=40)
+        d.add_argument("--max-model-len", type=int, default=None,
+                       help="engine context length (default: what the KV cache holds, at "
+                            "most the model's max_position_embeddings)")
         if name == "record":
             d.add_argument("--out", required=True, help="trace file: .jsonl.gz or .parquet")
             d.add_argument("--chunk-blocks", type=int, default=2,
@@ -194,7 +253,14 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--out", metavar="FILE", help="also write that document to FILE")
     ev.set_defaults(fn=cmd_eval, argv=argv)
     args = ap.parse_args(argv)
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except BrokenPipeError:
+        # `da-lab replay ... | head`: the reader left; no traceback. Point stdout at devnull so
+        # the interpreter's final flush doesn't raise again (Python's documented recipe).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ from pathlib import Path
 from da_lab import __version__
 from da_lab.core.layout import BLOCK_SIZE, DAPrompt, build_prompt, seed_texts
 from da_lab.core.record import RequestStep, StepRecord
-from da_lab.engine import access, kvmap
+from da_lab.engine import access, kvmap, validate
 from da_lab.engine.env import LAB_ENV, apply_env, engine_name  # noqa: F401 - re-exported
+from da_lab.engine.results import flag_requests, prune_finished, request_result
 from da_lab.engine.models import build_tiny_model
 
 _live_lab: "Lab | None" = None
@@ -107,7 +108,8 @@ class Lab:
         self.block_size = block_size
         self.requested_runner = runner
         self.eager = eager
-        self.max_model_len = max_model_len or (num_blocks - 1) * block_size
+        self.max_model_len = validate.max_model_len(self.model, num_blocks, block_size,
+                                                    max_model_len)
         t0 = time.perf_counter()
         self.llm = LLM(model=self.model, dtype=dtype, block_size=block_size, seed=seed,
                        enforce_eager=eager, num_gpu_blocks_override=num_blocks,
@@ -118,7 +120,11 @@ class Lab:
         self.tokenizer = self.llm.get_tokenizer()
         self.num_blocks = num_blocks
         self.step_index = 0
+        # Per request: prompt, tokens, text, finished, flags. Finished (and aborted) ones are
+        # kept as a history of the last `keep_finished`, oldest dropped first; running ones
+        # always stay.
         self.requests: dict[str, dict] = {}
+        self.keep_finished = 256
         self._added: list[dict] = []
         self._writer = None
         self._core = access.engine_core(self.llm)
@@ -153,23 +159,23 @@ class Lab:
         from da_lab.hook.state import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
 
         rid = request_id or f"r{len(self.requests)}-{uuid.uuid4().hex[:6]}"
+        validate.check_request_id(rid, self.requests)
+        ids = validate.check_prompt(prompt, self.block_size, self.max_model_len, max_tokens)
         extra: dict = {EXTRA_ID: rid}
-        ids = prompt.token_ids if isinstance(prompt, DAPrompt) else list(prompt)
         if isinstance(prompt, DAPrompt):
             extra[EXTRA_LAYOUT] = prompt.layout.to_dict()
         if tags:
             script = sorted([int(at), self.encode(text)] for at, text in tags)
-            for (a, tag_ids), (b, _) in zip(script, script[1:]):
-                if a + len(tag_ids) > b:
-                    raise ValueError(f"director tags overlap: the tag at output {a} is "
-                                     f"{len(tag_ids)} tokens long, the next starts at {b}")
+            validate.check_tags(script, max_tokens)
             extra[EXTRA_DIRECTOR] = script
+        self.tracker.end_script(rid)   # a reused id starts without the old request's steering
+        self.requests.pop(rid, None)
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
                                 output_kind=RequestOutputKind.DELTA, extra_args=extra)
         self.engine.add_request(rid, {"prompt_token_ids": ids}, params)
         forced = {at + k for at, ids in extra.get(EXTRA_DIRECTOR, []) for k in range(len(ids))}
         self.requests[rid] = {"prompt": prompt, "token_ids": [], "text": "", "finished": False,
-                              "forced": forced, "max_tokens": max_tokens}
+                              "forced": forced, "max_tokens": max_tokens, "flags": []}
         self._added.append({"req": rid, "prompt_len": len(ids), "max_tokens": max_tokens,
                             "layout": extra.get(EXTRA_LAYOUT), "tags": [list(t) for t in tags]})
         return rid
@@ -187,19 +193,37 @@ class Lab:
         return at
 
     def abort(self, rid: str) -> None:
-        self.engine.abort_request([rid])
-        self.requests[rid]["finished"] = True
+        r = self.requests.get(rid)
+        if r is None:
+            raise ValueError(f"no request {rid!r} to abort (known: {len(self.requests)} "
+                             "requests; finished ones are kept only as a bounded history)")
+        if not r["finished"]:
+            self.engine.abort_request([rid])
+            r["finished"] = True
+        self.tracker.end(rid)
+
+    def result(self, rid: str) -> dict:
+        """A request's outcome as the user should read it: tokens, text, whether it finished,
+        and its flags (e.g. `recomputed_under_mask`: vLLM preempted it while masked and
+        recomputed it under its current mask, so later tokens may differ from an
+        uninterrupted run; `da_refused`: it ran as plain attention)."""
+        return request_result(self.requests, rid)
 
     # ---- stepping ------------------------------------------------------------------------
     def step(self) -> StepRecord:
         """Run exactly one engine step and return its record."""
-        n_warn = len(self.tracker.warnings)
+        from da_lab.hook.metadata import drain as drain_sampled
+
+        n_warn = self.tracker.warnings_total
         t0 = time.perf_counter()
         outs = self.engine.step()
         wall = time.perf_counter() - t0
+        drain_sampled()      # hand this step's tokens to the tag machine now, not next step
+        warnings = self.tracker.new_warnings(n_warn)
         rec = step_record(self.step_index, wall, self.tracker.reset_log(), outs, self._added,
-                          self.tracker.warnings[n_warn:])
+                          warnings)
         self._added = []
+        flag_requests(self.requests, warnings)
         for o in outs:
             c = o.outputs[0]
             r = self.requests.get(o.request_id)
@@ -207,8 +231,9 @@ class Lab:
                 r["token_ids"] += list(c.token_ids)
                 r["text"] += c.text
                 r["finished"] = o.finished
-                if o.finished:
-                    self.tracker.end_script(o.request_id)
+            if o.finished:
+                self.tracker.end(o.request_id)
+        prune_finished(self.requests, self.keep_finished)
         if self.track_kv:
             rec.kv = self._kv.update()
         else:

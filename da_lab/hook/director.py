@@ -36,3 +36,15 @@ def token_at(script: list[tuple[int, list[int]]], n: int) -> int | None:
         if at <= n < at + len(ids):
             return ids[n - at]
     return None
+
+
+def check(script: list[tuple[int, list[int]]], vocab_size: int) -> None:
+    """Refuse a script the engine can't write: a negative output index, or a token id outside
+    the model's vocabulary (it would index past the embedding table). 0 = size unknown."""
+    for at, ids in script:
+        if at < 0:
+            raise ValueError(f"director: output index {at} is negative")
+        bad = [t for t in ids if t < 0 or (vocab_size and t >= vocab_size)]
+        if bad:
+            raise ValueError(f"director: token id {bad[0]} at output {at} is outside the "
+                             f"model's vocabulary (0..{vocab_size - 1})")

@@ -5,6 +5,13 @@ K/V computed while blocks were hidden; served to another request with the same t
 pass for unmasked K/V. So for DA requests only the prompt's full blocks (written by an unmasked
 prefill) are offered to the cache; their response blocks never are. Requests without a DA layout
 are untouched.
+
+Preemption: vLLM recomputes a preempted request as one prefill of prompt + outputs, and the hook
+can only apply its *current* mask to it, so even prompt positions past the cached prefix get
+masked K/V. A DA request that has been preempted therefore offers no new blocks at all (what
+it cached before, from its first unmasked prefill, stays). This is decided here, on the
+scheduler's side, from vLLM's own `Request.num_preemptions`, so it holds when the engine core
+runs in another process.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ def _cap(request, num_tokens: int) -> int:
     sp = getattr(request, "sampling_params", None)
     ex = sp.extra_args if sp is not None else None
     if ex and EXTRA_LAYOUT in ex:
+        if getattr(request, "num_preemptions", 0) > 0:
+            return 0     # below what is cached already: cache_blocks adds nothing
         return min(num_tokens, request.num_prompt_tokens)
     return num_tokens
 

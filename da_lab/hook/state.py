@@ -61,6 +61,9 @@ class RequestState:
     script: list = field(default_factory=list)     # director: [(output index, [token ids])]
     captured: list[int] = field(default_factory=list)  # V2 runner: sampled tokens, hook-owned
     undecodable: int = 0
+    # Set when vLLM recomputed this request (preemption) while it was masked: its later
+    # tokens may differ from an uninterrupted run, and the user must be told (Lab, CLI, server).
+    recomputed_under_mask: bool = False
 
     @property
     def prompt_len(self) -> int:
@@ -109,7 +112,15 @@ class Tracker:
         # so a long-running engine does not keep every request it ever served.
         self.finished: dict[str, RequestState] = {}
         self.keep_finished = 256
+        # The most recent warning events (all requests), bounded like `finished`;
+        # `warnings_total` counts every one ever raised, so a reader can take what is new.
         self.warnings: list[dict] = []
+        self.keep_warnings = 256
+        self.warnings_total = 0
+        # Requests whose DA state could not be built (bad layout or director script): they
+        # run as plain requests; here only until the runner drops them. req_id -> da_id
+        self.refused: dict[str, str] = {}
+        self.model_vocab_size = 0        # the model's (set at engine start): director ids < it
         # V2 runner: (rows [(req_id, batch row)], AsyncOutput) per step, in order, whose
         # sampled tokens the tag machine has not read yet (their host copy may be in flight).
         self.pending_outputs: list = []
@@ -164,36 +175,88 @@ class Tracker:
             self.vocab_size = self.tokenizer.get_vocab_size()
         return self.tokenizer
 
-    def track(self, req_id: str, extra_args: dict | None) -> RequestState | None:
+    def track(self, req_id: str, extra_args: dict | None,
+              prompt_len: int | None = None) -> RequestState | None:
+        """The request's DA state, built on first sight. A request whose layout or director
+        script is bad runs as a plain request: a `da_refused` warning says so, and one bad
+        request never stops the others (the error stays with it)."""
         st = self.requests.get(req_id)
-        if st is not None or not extra_args or EXTRA_LAYOUT not in extra_args:
+        if st is not None or not extra_args or EXTRA_LAYOUT not in extra_args \
+                or req_id in self.refused:
             return st
-        from tokenizers.decoders import DecodeStream
-
-        layout = Layout.from_dict(extra_args[EXTRA_LAYOUT])
-        st = RequestState(req_id, str(extra_args.get(EXTRA_ID, req_id)), layout,
-                          TagStream(n_chunks=layout.n_chunks),
-                          DecodeStream(skip_special_tokens=True),
-                          script=director.normalize(extra_args.get(EXTRA_DIRECTOR)))
+        try:
+            st = self._new_state(req_id, extra_args, prompt_len)
+        except Exception as e:   # noqa: BLE001 - whatever broke, only this request pays
+            self.refuse(req_id, str(extra_args.get(EXTRA_ID, req_id)), e)
+            return None
         self.requests[req_id] = st
         return st
 
+    def _new_state(self, req_id: str, extra_args: dict, prompt_len: int | None) -> RequestState:
+        from tokenizers.decoders import DecodeStream
+
+        layout = Layout.from_dict(extra_args[EXTRA_LAYOUT])
+        if prompt_len is not None and prompt_len != layout.prompt_len:
+            raise ValueError(f"layout prompt_len {layout.prompt_len} != the prompt's "
+                             f"{prompt_len} tokens")
+        script = director.normalize(extra_args.get(EXTRA_DIRECTOR))
+        director.check(script, self.model_vocab_size)
+        return RequestState(req_id, str(extra_args.get(EXTRA_ID, req_id)), layout,
+                            TagStream(n_chunks=layout.n_chunks),
+                            DecodeStream(skip_special_tokens=True), script=script)
+
+    def refuse(self, req_id: str, da_id: str, err: Exception) -> None:
+        """Run `req_id` as a plain request from now on and say why."""
+        self.requests.pop(req_id, None)
+        self.refused[req_id] = da_id
+        self._warn({"kind": "da_refused", "req": da_id, "step": self.step_index, "text": "",
+                    "detail": f"DA off for this request, it runs as plain attention: "
+                              f"{type(err).__name__}: {err}"})
+
     def drop_missing(self, live: set[str] | dict) -> None:
         """Forget requests the runner no longer holds (finished or aborted)."""
+        for rid in [r for r in self.refused if r not in live]:
+            del self.refused[rid]
         for rid in [r for r in self.requests if r not in live]:
-            st = self.requests.pop(rid)
-            if st.stream.buffer:
-                self._event(st, {"kind": "aborted_mid_tag", "text": st.stream.buffer,
-                                 "detail": "request ended with a partial tag in its buffer"})
-            self.finished[st.da_id] = st
-            while len(self.finished) > self.keep_finished:
-                self.finished.pop(next(iter(self.finished)))
+            self._end(rid)
+
+    def end(self, da_id: str) -> None:
+        """The caller saw request `da_id` finish or aborted it: move its state to `finished`
+        now rather than at the runner's next step (which may never come)."""
+        self.end_script(da_id)
+        for rid in [r for r, st in self.requests.items() if st.da_id == da_id]:
+            self._end(rid)
+        for rid in [r for r, d in self.refused.items() if d == da_id]:
+            del self.refused[rid]
+
+    def _end(self, rid: str) -> None:
+        st = self.requests.pop(rid)
+        if st.stream.buffer:
+            self._event(st, {"kind": "aborted_mid_tag", "text": st.stream.buffer,
+                             "detail": "request ended with a partial tag in its buffer"})
+        self.finished.pop(st.da_id, None)     # a reused id: the newest run is the one kept
+        self.finished[st.da_id] = st
+        while len(self.finished) > self.keep_finished:
+            self.finished.pop(next(iter(self.finished)))
 
     def _event(self, st: RequestState, ev: dict) -> None:
         ev = dict(ev, req=st.da_id, step=self.step_index)
         st.events.append(ev)
+        if ev["kind"] == "recompute_under_mask":
+            st.recomputed_under_mask = True
         if ev["kind"] in ("aborted_mid_tag", "recompute_under_mask"):
-            self.warnings.append(ev)
+            self._warn(ev)
+
+    def _warn(self, ev: dict) -> None:
+        self.warnings.append(ev)
+        self.warnings_total += 1
+        if len(self.warnings) > self.keep_warnings:
+            del self.warnings[: len(self.warnings) - self.keep_warnings]
+
+    def new_warnings(self, since_total: int) -> list[dict]:
+        """Warnings raised after `warnings_total` was `since_total` (the kept ones)."""
+        n = self.warnings_total - since_total
+        return self.warnings[len(self.warnings) - n:] if n > 0 else []
 
     # ---- the per-step work ------------------------------------------------------------
     def feed(self, st: RequestState, output_ids: list[int]) -> list[Event]:
@@ -230,77 +293,90 @@ class Tracker:
 
         `staged(i)` gives batch row i's full block-table row as a numpy array (physical ids;
         read only when rows are recorded), never modified here. Returns None when the step
-        needs no change.
+        needs no change. A request whose work here fails is refused (runs plain from now on,
+        with a warning); the other requests of the step go on.
         """
         t0 = time.perf_counter()
-        detok = 0.0
         rows: list[int] = []
         kepts: list[np.ndarray] = []
         new_seq = None
         record = []
         forced: list[tuple[int, int]] = []
         sampling: list[tuple[str, int]] = []
-        bs = None
+        self._detok = 0.0
         for i, rid in enumerate(req_ids):
             st = self.track(rid, extra[i]) if extra[i] is not None else self.requests.get(rid)
             if st is None:
                 continue
-            bs = st.layout.block_size
-            n_events = len(st.events)
-            seq_len, q = int(seq_lens[i]), int(query_lens[i])
-            if outputs[i] is not None:
-                t1 = time.perf_counter()
-                self.feed(st, outputs[i])
-                detok += time.perf_counter() - t1
-            if st.ever_masked and q > 1 and seq_len - q < st.last_seq_len:
-                self._event(st, {"kind": "recompute_under_mask", "text": "",
-                                 "detail": "the request is being recomputed (preempted?); its "
-                                           "KV is rebuilt under the current mask, not the "
-                                           "mask history, so its tokens may differ"})
-            st.last_seq_len = seq_len
-            # This step samples output index seq_len - prompt_len once the prompt is done.
-            out_index = seq_len - st.prompt_len
-            if out_index >= 0:
-                sampling.append((rid, i))
-                tok = st.forced_token(out_index, self.scripts.get(st.da_id))
-                if tok is not None:
-                    forced.append((i, tok))
-            kept = st.kept(seq_len, q)
-            n_blocks = -(-seq_len // bs)
-            masked = len(kept) < n_blocks
-            # The kept array is shared with the decision cache (never mutated), so this is free.
-            st.mask_history.append((seq_len - q, seq_len, kept if masked else None))
-            if masked:
-                st.ever_masked = True
+            try:
+                rec, kept, tok = self._request_step(st, i, outputs[i], int(seq_lens[i]),
+                                                    int(query_lens[i]), staged)
+            except Exception as e:   # noqa: BLE001 - isolate: only this request pays
+                self.refuse(rid, st.da_id, e)
+                continue
+            if rec.kept_logical is not None:
                 if new_seq is None:
                     new_seq = seq_lens.copy()
-                new_seq[i] = seq_len - (n_blocks - len(kept)) * bs
+                new_seq[i] = rec.attn_seq_len
                 rows.append(i)
                 kepts.append(kept)
-            rec = RequestStep(st.da_id, i, bs, seq_len, q, st.directive_dict(),
-                              st.stream.buffer, st.n_seen,
-                              # sampled but not yet seen by the tag machine (async: <= 1)
-                              max(0, out_index - st.n_seen), st.events[n_events:],
-                              kept_logical=kept if masked else None)
-            if self.record_rows:
-                # A numpy copy: the runner reuses its staging rows.
-                rec.staged_row = staged(i)[:n_blocks].copy()
+            if rec.seq_len >= st.prompt_len:
+                sampling.append((rid, i))
+            if tok is not None:
+                forced.append((i, tok))
             record.append(rec)
         elapsed = time.perf_counter() - t0
         if not record:
             return None
-        self.timing["decide_rewrite_s"] += elapsed - detok
-        self.timing["detok_tags_s"] += detok
+        self.timing["decide_rewrite_s"] += elapsed - self._detok
+        self.timing["detok_tags_s"] += self._detok
         self.timing["requests"] += len(record)
         log = HookStep(self.step_index, round(elapsed * 1e6, 1), record)
         self.steps.append(log)
         return Decision(rows, kepts, new_seq, forced, sampling, self.step_index, log)
+
+    def _request_step(self, st: RequestState, i: int, output_ids: list[int] | None,
+                      seq_len: int, q: int, staged) -> tuple[RequestStep, np.ndarray, int | None]:
+        """One request's part of a step: (its record, kept blocks, director token or None)."""
+        bs = st.layout.block_size
+        n_events = len(st.events)
+        if output_ids is not None:
+            t1 = time.perf_counter()
+            self.feed(st, output_ids)
+            self._detok += time.perf_counter() - t1
+        if st.ever_masked and q > 1 and seq_len - q < st.last_seq_len:
+            self._event(st, {"kind": "recompute_under_mask", "text": "",
+                             "detail": "the request is being recomputed (preempted?); its "
+                                       "KV is rebuilt under the current mask, not the "
+                                       "mask history, so its tokens may differ"})
+        st.last_seq_len = seq_len
+        # This step samples output index seq_len - prompt_len once the prompt is done.
+        out_index = seq_len - st.prompt_len
+        tok = (st.forced_token(out_index, self.scripts.get(st.da_id)) if out_index >= 0
+               else None)
+        kept = st.kept(seq_len, q)
+        n_blocks = -(-seq_len // bs)
+        masked = len(kept) < n_blocks
+        # The kept array is shared with the decision cache (never mutated), so this is free.
+        st.mask_history.append((seq_len - q, seq_len, kept if masked else None))
+        if masked:
+            st.ever_masked = True
+        rec = RequestStep(st.da_id, i, bs, seq_len, q, st.directive_dict(),
+                          st.stream.buffer, st.n_seen,
+                          # sampled but not yet seen by the tag machine (async: <= 1)
+                          max(0, out_index - st.n_seen), st.events[n_events:],
+                          kept_logical=kept if masked else None)
+        if self.record_rows:
+            # A numpy copy: the runner reuses its staging rows.
+            rec.staged_row = staged(i)[:n_blocks].copy()
+        return rec, kept, tok
 
     def clear(self) -> None:
         """Forget every request (an engine shut down)."""
         self.requests.clear()
         self.scripts.clear()
         self.finished.clear()
+        self.refused.clear()
         self.pending_outputs.clear()
         self.unsettled.clear()
 

@@ -48,6 +48,7 @@ def note_runner(runner, attn_groups) -> None:
     TRACKER.runner_class = f"{type(runner).__module__}.{type(runner).__qualname__}"
     TRACKER.tokenizer_path = runner.model_config.tokenizer
     TRACKER.device = runner.device.type
+    TRACKER.model_vocab_size = runner.model_config.get_vocab_size()
     for groups in attn_groups:
         for g in groups:
             builder = g.get_metadata_builder()

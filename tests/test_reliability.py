@@ -1,0 +1,111 @@
+"""Reliability of the hook inside a real engine: preemption never lets masked K/V into the
+prefix cache and is flagged where the user reads results; one bad request never stalls the
+others; per-request state returns to zero after any number of requests."""
+
+import gc
+
+from da_lab.checks.oracle import check
+from da_lab.core.layout import build_prompt, seed_texts
+from da_lab.engine.results import per_request_entries
+
+
+def long_prompts(lab, n):
+    """n seed-like prompts that share no prefix block with each other or the seed prompt."""
+    head, chunks, tail = seed_texts()
+    filler = lab.encode("\n")[0]
+    return [build_prompt(lab.encode, f"Variant {k}. " + head, chunks, tail, filler_id=filler,
+                         bos_id=lab.tokenizer.bos_token_id, chunk_blocks=2) for k in range(n)]
+
+
+def test_preemption_never_puts_masked_kv_in_the_prefix_cache(lab, reference):
+    """64 blocks: a long request B grows until vLLM preempts the newer <local> request A and
+    evicts A's last prompt blocks from the cache; A is later recomputed (prompt + outputs as
+    one prefill past the cached prefix) under its current mask. A plain request with A's
+    prompt must still match the unmasked reference (on the old code: 14 of 24 differed), and
+    A is flagged where the user reads it."""
+    lab.llm.reset_prefix_cache()
+    seed, other = lab.seed_prompt(), long_prompts(lab, 1)[0]
+    b = lab.add_request(other, tags=[(0, "<local>")], max_tokens=600)
+    a = lab.add_request(seed, tags=[(0, "<local>")], max_tokens=200)
+    lab.run()
+    hist = lab.request_state(a).mask_history
+    recomputed = [(s, e) for s, e, _ in hist if s > 0 and e - s > 1]
+    assert recomputed and recomputed[0][0] < len(seed.token_ids), \
+        "A's prompt was not recomputed: the test did not exercise the case"
+    plain = lab.add_request(seed, max_tokens=24)
+    lab.run()
+    toks = lab.requests[plain]["token_ids"]
+    ref = check(reference, seed.token_ids, toks, [], lab.block_size)
+    assert ref.mismatches_masked == [], (toks, ref.masked_tokens)
+    res = lab.result(a)
+    assert res["recomputed_under_mask"] and not lab.result(b)["recomputed_under_mask"]
+    assert res["flags"][0]["kind"] == "recompute_under_mask" and res["flags"][0]["message"]
+    assert lab.request_state(a).recomputed_under_mask        # the hook's state says it too
+
+
+def test_stall_bad_requests_do_not_stop_a_good_one(lab):
+    """A layout the hook can't use and director ids outside the vocabulary, sent straight to
+    vLLM (as a server would): each runs as plain attention with a da_refused warning, and the
+    good request next to them finishes with the tokens of its solo run."""
+    from vllm import SamplingParams
+
+    seed = lab.seed_prompt()
+    solo = lab.add_request(seed, tags=[(2, "<local>")], max_tokens=16)
+    lab.run()
+    vocab = lab.tracker.model_vocab_size
+    assert vocab > 0
+    layout = seed.layout.to_dict()
+    bad = {"bad-layout": {"da_layout": {"block_size": 32}},
+           "bad-tok-high": {"da_layout": layout, "da_director": [[1, [vocab + 5]]]},
+           "bad-tok-neg": {"da_layout": layout, "da_director": [[1, [-5]]]},
+           "bad-len": {"da_layout": dict(layout, prompt_len=805)}}
+    n_warn = lab.tracker.warnings_total
+    good = lab.add_request(seed, tags=[(2, "<local>")], max_tokens=16)
+    for rid, extra in bad.items():
+        lab.engine.add_request(rid, {"prompt_token_ids": seed.token_ids}, SamplingParams(
+            temperature=0, max_tokens=8, ignore_eos=True, extra_args=dict(extra, da_id=rid)))
+    recs = lab.run()
+    assert not lab.has_unfinished()
+    assert lab.requests[good]["token_ids"] == lab.requests[solo]["token_ids"]
+    refused = {w["req"]: w["detail"] for w in lab.tracker.new_warnings(n_warn)
+               if w["kind"] == "da_refused"}
+    assert set(refused) == set(bad), refused
+    assert "vocabulary" in refused["bad-tok-high"] and "prompt_len" in refused["bad-len"]
+    finished = {r["req"] for rec in recs for r in rec.requests if r.get("finished")}
+    assert set(bad) <= finished                     # they ran to their end as plain requests
+    assert not lab.tracker.refused                  # and left nothing behind
+
+
+def test_leak_per_request_state_returns_to_zero(lab):
+    """1,000 lifecycles (steer then abort, abort after a step, run to the end): no running
+    state is left, and the finished histories stay within their documented bounds."""
+    head, chunks, tail = seed_texts(2)
+    small = build_prompt(lab.encode, head, chunks, tail, filler_id=lab.encode("\n")[0],
+                         bos_id=lab.tokenizer.bos_token_id, chunk_blocks=2)
+    lab.keep_finished = lab.tracker.keep_finished = lab.tracker.keep_warnings = 64
+    try:
+        n = 0
+        while n < 1000:
+            batch = [lab.add_request(small, max_tokens=12 if k % 3 == 0 else 2)
+                     for k in range(30)]
+            for rid in batch[::3]:
+                lab.steer(rid, "<local 1>")
+                lab.abort(rid)
+            lab.step()
+            for rid in batch[1::3]:
+                lab.abort(rid)
+            lab.run()
+            n += len(batch)
+        gc.collect()
+        assert set(per_request_entries(lab).values()) == {0}, per_request_entries(lab)
+        assert len(lab.requests) == 64 and len(lab.tracker.finished) <= 64
+        # A reused id starts clean: no stale steering script is forced into it.
+        lab.add_request(small, max_tokens=12, request_id="again")
+        lab.steer("again", "<local 1>")
+        lab.abort("again")
+        lab.add_request(small, max_tokens=12, request_id="again")
+        lab.run()
+        assert "<local" not in lab.requests["again"]["text"]
+        assert not lab.request_state("again").ever_masked
+    finally:
+        lab.keep_finished = lab.tracker.keep_finished = lab.tracker.keep_warnings = 256
