@@ -76,7 +76,7 @@ def _bad_live_args(args, record_to: str | None) -> str | None:
     if args.max_model_len is not None and args.max_model_len < 1:
         return f"--max-model-len must be at least 1, not {args.max_model_len}"
     if record_to:
-        from da_lab.trace.io import TraceError, _format_of
+        from da_lab.trace.format import TraceError, _format_of
 
         try:
             _format_of(Path(record_to))

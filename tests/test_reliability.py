@@ -71,7 +71,7 @@ def test_stall_bad_requests_do_not_stop_a_good_one(lab):
                if w["kind"] == "da_refused"}
     assert set(refused) == set(bad), refused
     assert "vocabulary" in refused["bad-tok-high"] and "prompt_len" in refused["bad-len"]
-    finished = {r["req"] for rec in recs for r in rec.requests if r.get("finished")}
+    finished = {r.req for rec in recs for r in rec.requests if r.finished}
     assert set(bad) <= finished                     # they ran to their end as plain requests
     assert not lab.tracker.refused                  # and left nothing behind
 

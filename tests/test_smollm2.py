@@ -122,32 +122,47 @@ def test_gguf_parts_round_trip_and_name_a_missing_part(tmp_path):
         P.join(tmp_path / "smol")
 
 
+# Runs in a child process: vLLM keeps one in-process engine per process, and the session's
+# shared Lab (conftest) may be running in this one.
+_ENGINE_RUN = """
+import json
+from da_lab.engine.lab import Lab
+from da_lab.engine.models import model_path
+from da_lab.training import nl_task as N
+
+s = N.sample(0, 1, N.HELDOUT, kind="single", context=1024, n_chunks=8)
+lab = Lab(model_path("smollm2"), num_blocks=48, max_model_len=1504)
+try:
+    msgs = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+    ids = N.tokens().encode(N.tokens().render(msgs))
+    r1 = lab.add_request(ids, max_tokens=8)
+    r2 = lab.add_request(s.prompt, tags=[(0, s.tag)], max_tokens=s.tag_close + 4)
+    lab.run()
+    hist = [[a, b, None if k is None else [int(x) for x in k]]
+            for a, b, k in lab.request_state(r2).mask_history]
+    print(json.dumps({"chat": lab.requests[r1]["text"], "da": lab.requests[r2]["text"],
+                      "history": hist}))
+finally:
+    lab.shutdown()
+"""
+
+
 def test_vllm_cpu_serves_it_plain_and_under_da(base):
     """The real engine: greedy chat answer, then a DA prompt of the task with the director
     forcing the right tag: the step after '>' reads exactly the blocks the mask keeps."""
     from da_lab.core.mask import kept_blocks
-    from da_lab.engine.lab import Lab
+    from da_lab.engine.child import run_json
     from da_lab.training import nl_task as N
 
     s = N.sample(0, 1, N.HELDOUT, kind="single", context=1024, n_chunks=8)
-    lab = Lab(base, num_blocks=48, max_model_len=1504)
-    try:
-        msgs = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
-        ids = N.tokens().encode(N.tokens().render(msgs))
-        r1 = lab.add_request(ids, max_tokens=8)
-        r2 = lab.add_request(s.prompt, tags=[(0, s.tag)], max_tokens=s.tag_close + 4)
-        lab.run()
-        assert "Paris" in lab.requests[r1]["text"], lab.requests[r1]["text"]
-        text = lab.requests[r2]["text"]
-        assert text.startswith(s.tag), text
-        hist = lab.request_state(r2).mask_history
-    finally:
-        lab.shutdown()
+    out = run_json(["-c", _ENGINE_RUN], timeout=600, what="SmolLM2 on vllm-cpu")
+    assert "Paris" in out["chat"], out["chat"]
+    assert out["da"].startswith(s.tag), out["da"]
     lay = s.prompt.layout
     at = lay.prompt_len + s.tag_close
-    entry = next(e for e in hist if e[0] == at)
+    entry = next(e for e in out["history"] if e[0] == at)
     want = kept_blocks(s.directive, lay, at + 1, 1)
-    assert entry[2] is not None and list(entry[2]) == list(want)
+    assert entry[2] is not None and entry[2] == [int(x) for x in want]
     hidden = {b for c in range(1, lay.n_chunks + 1) if c not in s.directive.chunks
               for b in lay.chunk_range(c)}
     assert hidden and not hidden & set(entry[2])

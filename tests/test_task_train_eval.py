@@ -259,17 +259,22 @@ def test_eval_cli_json_through_the_engine(smoke_checkpoint, tmp_path):
 
 
 def test_eval_scores_known_texts():
+    import numpy as np
+
+    from da_lab.core.record import RequestStep
     from da_lab.training.evaluate import _fraction_after_tag, answer_text
 
     d, ans = answer_text("<focus C3> day 7", 12)
     assert d == Directive(Mode.FOCUS, chunks=(3,)) and ans == "day 7"
     assert answer_text("no tag at all 7", 12) == (None, "no tag at all 7")
     assert answer_text("<focus C13> x", 12)[0] is None        # unknown chunk: wrong tag
-    rows = [{"events": [], "query_len": 400, "blocks_read": 14, "blocks_total": 14},
-            {"events": [], "query_len": 1, "blocks_read": 14, "blocks_total": 14},
-            {"events": [{"kind": "tag_trapped"}], "query_len": 1, "blocks_read": 3,
-             "blocks_total": 14},
-            {"events": [], "query_len": 1, "blocks_read": 3, "blocks_total": 15}]
+    def step(query_len, seq_blocks, kept=None, events=()):
+        return RequestStep("r", 0, 32, seq_blocks * 32, query_len, events=list(events),
+                           kept_logical=None if kept is None else np.arange(kept))
+
+    rows = [step(400, 14), step(1, 14), step(1, 14, 3, [{"kind": "tag_trapped"}]),
+            step(1, 15, 3)]
+    assert [r.blocks_read for r in rows] == [14, 14, 3, 3]
     assert _fraction_after_tag(rows) == [3 / 14, 3 / 15]
 
 

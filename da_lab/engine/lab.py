@@ -19,6 +19,7 @@ from da_lab.engine import access, kvmap, validate
 from da_lab.engine.env import LAB_ENV, apply_env, engine_name  # noqa: F401 - re-exported
 from da_lab.engine.results import flag_requests, prune_finished, request_result
 from da_lab.engine.models import build_tiny_model
+from da_lab.engine.quiet import quiet_engine_start
 
 _live_lab: "Lab | None" = None
 
@@ -89,6 +90,16 @@ class Lab:
             os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if runner == "v2" else "0"
         self.model = str(model or build_tiny_model())
         precheck_model(self.model)
+        # Start-up lines a learner can't act on (Triton, deprecation, NUMA) are dropped;
+        # VLLM_LOGGING_LEVEL=INFO shows everything (engine/quiet.py).
+        with quiet_engine_start():
+            self._start(num_blocks, block_size, dtype, max_model_len, enable_prefix_caching,
+                        seed, record_rows, eager, runner, engine_kwargs)
+        _live_lab = self
+
+    def _start(self, num_blocks, block_size, dtype, max_model_len, enable_prefix_caching,
+               seed, record_rows, eager, runner, engine_kwargs) -> None:
+        """Start vLLM with the hook (Lab.__init__'s arguments)."""
         import torch
         from vllm import LLM
 
@@ -96,6 +107,8 @@ class Lab:
         from da_lab.hook.state import TRACKER
 
         register()   # also loaded by vLLM as a plugin; idempotent
+        # The "Loading safetensors checkpoint shards" bar: a widget in a notebook.
+        engine_kwargs.setdefault("use_tqdm_on_load", False)
         cuda = torch.cuda.is_available()
         if dtype == "auto":
             dtype = "bfloat16" if cuda else "float32"
@@ -136,7 +149,6 @@ class Lab:
             self.shutdown()
             raise RuntimeError(f"asked for the {runner} model runner but vLLM started the "
                                f"{kind} one ({self.tracker.runner_class})")
-        _live_lab = self
 
     # ---- prompts and requests ------------------------------------------------------------
     def encode(self, text: str) -> list[int]:

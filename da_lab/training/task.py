@@ -187,43 +187,11 @@ def _multi_chunks(rng: np.random.Generator, n_chunks: int, k_range: tuple[int, i
             return cs
 
 
-def make_sample(rng: np.random.Generator, *, n_chunks: int = N_CHUNKS,
-                records_per_chunk: int = RECORDS_PER_CHUNK, p_local: float = P_LOCAL,
-                p_multi: float = P_MULTI, kind: str | None = None,
-                multi_keys: tuple[int, int] = (2, 2), turns: int = 1,
-                tok: Tokens | None = None) -> Sample:
-    """One sample from `rng`. `kind` forces single / multi / local (else drawn); a multi
-    question asks for k keys in k different chunks, k drawn from `multi_keys` (lo, hi).
-
-    turns > 1 makes a training drill: after the first answer the response goes on with
-    "<global>" and another question (given, not learned), its tag and answer, and so on, so one
-    prompt trains several retrievals, each under exactly the mask the hook would apply."""
-    tok = tok or tokens()
-    n_rec = n_chunks * records_per_chunk
-    if n_chunks < 1 or records_per_chunk < 1 or n_rec > len(KEY_WORDS):
-        raise ValueError(f"a task needs 1..{len(KEY_WORDS)} records in at least one chunk")
-    if kind is None:
-        u = rng.random()
-        kind = "local" if u < p_local else "multi" if u < p_local + p_multi else "single"
-    if kind not in ("single", "multi", "local"):
-        raise ValueError(f"unknown kind {kind!r}")
-    if kind == "multi" and n_chunks < 2:
-        kind = "single"
-    # Distinct keys (indices into KEY_WORDS) and values (indices into NUMBERS) for each record.
-    keys = [int(k) for k in rng.choice(len(KEY_WORDS), size=n_rec, replace=False)]
-    values = [int(v) for v in rng.integers(0, len(NUMBERS), size=n_rec)]
-    chunk_of = [i // records_per_chunk for i in range(n_rec)]   # 0-based chunk of record i
-
-    # The queried records: one (single), k in k different chunks (multi), none (local).
-    if kind == "multi":
-        q = [c * records_per_chunk + int(rng.integers(records_per_chunk))
-             for c in _multi_chunks(rng, n_chunks, multi_keys)]
-    elif kind == "single":
-        q = [int(rng.integers(n_rec))]
-    else:
-        q = []
-    # Near-duplicate distractors: up to 2-4 keys spelled like each queried key, moved into
-    # records of other chunks (swapping keys keeps every key unique).
+def _place_distractors(rng: np.random.Generator, keys: list[int], chunk_of: list[int],
+                       q: list[int]) -> None:
+    """Near-duplicate distractors: up to 2-4 keys spelled like each queried key, moved into
+    records of other chunks (swapping keys keeps every key unique). Edits `keys` in place."""
+    n_rec = len(keys)
     slot = {k: i for i, k in enumerate(keys)}
     fixed = set(q)
     for r in q:
@@ -250,14 +218,18 @@ def make_sample(rng: np.random.Generator, *, n_chunks: int = N_CHUNKS,
             fixed.add(i)
             want -= 1
 
-    chunks = []
-    for c in range(n_chunks):
-        recs = range(c * records_per_chunk, (c + 1) * records_per_chunk)
-        chunks.append("".join(_record(c + 1, KEY_WORDS[keys[i]], NUMBERS[values[i]])
-                              for i in recs))
 
-    def question(kind: str, q: list[int]) -> tuple[str, str, Directive]:
+@dataclass
+class _Records:
+    """One prompt's records: key and value indices, and the 0-based chunk of each."""
+    keys: list[int]
+    values: list[int]
+    chunk_of: list[int]
+
+    def question(self, rng: np.random.Generator, kind: str,
+                 q: list[int]) -> tuple[str, str, Directive]:
         """(question text, answer text, directive) of one turn."""
+        keys, values, chunk_of = self.keys, self.values, self.chunk_of
         if kind == "single":
             r = q[0]
             return (f" Question: value of {KEY_WORDS[keys[r]]}? Answer:",
@@ -271,37 +243,40 @@ def make_sample(rng: np.random.Generator, *, n_chunks: int = N_CHUNKS,
         said = NUMBERS[int(rng.integers(len(NUMBERS)))]
         return f" Question: say {said}. Answer:", str(said), Directive(Mode.LOCAL)
 
-    tail, answer, directive = question(kind, q)
-    prompt = build_prompt(tok.encode, HEAD, chunks, tail, filler_id=tok.filler_id,
-                          bos_id=tok.bos_id, block_size=BLOCK_SIZE, chunk_blocks=1)
-    tag = tag_text(directive)
-    tag_ids = tok.encode(tag)
-    response = tag_ids + tok.encode(" " + answer)
-    loss = [True] * len(response)
-    tags = [(len(tag_ids) - 1, directive)]
-    # Drill turns: "<global>" opens every block again, then another question, tag, answer.
-    asked = set(q)
+
+def _drill_question(rng: np.random.Generator, recs: _Records, free: list[int], n_chunks: int,
+                    p_local: float, p_multi: float,
+                    multi_keys: tuple[int, int]) -> tuple[str, list[int]]:
+    """The kind and records of a drill turn's question, among records not asked yet."""
+    u = rng.random()
+    k2 = "local" if u < p_local else "multi" if u < p_local + p_multi else "single"
+    if k2 == "multi" and n_chunks >= 2:
+        cs = _multi_chunks(rng, n_chunks, multi_keys)
+        q2 = []
+        for c in cs:
+            opts = [i for i in free if recs.chunk_of[i] == c]
+            if opts:
+                q2.append(opts[int(rng.integers(len(opts)))])
+        k2 = "multi" if len(q2) >= 2 else "single"
+        return k2, (q2 if k2 == "multi" else q2[:1])
+    if k2 != "local":
+        return "single", [free[int(rng.integers(len(free)))]] if free else []
+    return k2, []
+
+
+def _drill(rng: np.random.Generator, recs: _Records, tok: Tokens, asked: set[int],
+           response: list[int], loss: list[bool], tags: list, turns: int, n_chunks: int,
+           p_local: float, p_multi: float, multi_keys: tuple[int, int]) -> None:
+    """Drill turns: "<global>" opens every block again, then another question (given), its
+    tag and answer (learned). Extends `response`, `loss` and `tags` in place."""
+    n_rec = len(recs.keys)
     for _ in range(1, turns):
         free = [i for i in range(n_rec) if i not in asked]
-        u = rng.random()
-        k2 = "local" if u < p_local else "multi" if u < p_local + p_multi else "single"
-        if k2 == "multi" and n_chunks >= 2:
-            cs = _multi_chunks(rng, n_chunks, multi_keys)
-            q2 = []
-            for c in cs:
-                opts = [i for i in free if chunk_of[i] == c]
-                if opts:
-                    q2.append(opts[int(rng.integers(len(opts)))])
-            k2 = "multi" if len(q2) >= 2 else "single"
-            q2 = q2 if k2 == "multi" else q2[:1]
-        elif k2 != "local":
-            k2, q2 = "single", [free[int(rng.integers(len(free)))]] if free else []
-        else:
-            q2 = []
+        k2, q2 = _drill_question(rng, recs, free, n_chunks, p_local, p_multi, multi_keys)
         if k2 == "single" and not q2:
             break
         asked.update(q2)
-        text, ans, d = question(k2, q2)
+        text, ans, d = recs.question(rng, k2, q2)
         given = tok.encode(" <global>" + text)
         tags.append((len(response) + len(tok.encode(" <global>")) - 1, Directive()))
         response += given
@@ -311,6 +286,65 @@ def make_sample(rng: np.random.Generator, *, n_chunks: int = N_CHUNKS,
         a_ids = t_ids + tok.encode(" " + ans)
         response += a_ids
         loss += [True] * len(a_ids)
+
+
+def _pick_kind(rng: np.random.Generator, kind: str | None, n_chunks: int, p_local: float,
+               p_multi: float) -> str:
+    if kind is None:
+        u = rng.random()
+        kind = "local" if u < p_local else "multi" if u < p_local + p_multi else "single"
+    if kind not in ("single", "multi", "local"):
+        raise ValueError(f"unknown kind {kind!r}")
+    return "single" if kind == "multi" and n_chunks < 2 else kind
+
+
+def make_sample(rng: np.random.Generator, *, n_chunks: int = N_CHUNKS,
+                records_per_chunk: int = RECORDS_PER_CHUNK, p_local: float = P_LOCAL,
+                p_multi: float = P_MULTI, kind: str | None = None,
+                multi_keys: tuple[int, int] = (2, 2), turns: int = 1,
+                tok: Tokens | None = None) -> Sample:
+    """One sample from `rng`. `kind` forces single / multi / local (else drawn); a multi
+    question asks for k keys in k different chunks, k drawn from `multi_keys` (lo, hi).
+
+    turns > 1 makes a training drill: after the first answer the response goes on with
+    "<global>" and another question (given, not learned), its tag and answer, and so on, so one
+    prompt trains several retrievals, each under exactly the mask the hook would apply."""
+    tok = tok or tokens()
+    n_rec = n_chunks * records_per_chunk
+    if n_chunks < 1 or records_per_chunk < 1 or n_rec > len(KEY_WORDS):
+        raise ValueError(f"a task needs 1..{len(KEY_WORDS)} records in at least one chunk")
+    kind = _pick_kind(rng, kind, n_chunks, p_local, p_multi)
+    # Distinct keys (indices into KEY_WORDS) and values (indices into NUMBERS) for each record.
+    keys = [int(k) for k in rng.choice(len(KEY_WORDS), size=n_rec, replace=False)]
+    values = [int(v) for v in rng.integers(0, len(NUMBERS), size=n_rec)]
+    recs = _Records(keys, values, [i // records_per_chunk for i in range(n_rec)])
+    chunk_of = recs.chunk_of
+
+    # The queried records: one (single), k in k different chunks (multi), none (local).
+    if kind == "multi":
+        q = [c * records_per_chunk + int(rng.integers(records_per_chunk))
+             for c in _multi_chunks(rng, n_chunks, multi_keys)]
+    elif kind == "single":
+        q = [int(rng.integers(n_rec))]
+    else:
+        q = []
+    _place_distractors(rng, keys, chunk_of, q)
+    chunks = []
+    for c in range(n_chunks):
+        ids = range(c * records_per_chunk, (c + 1) * records_per_chunk)
+        chunks.append("".join(_record(c + 1, KEY_WORDS[keys[i]], NUMBERS[values[i]])
+                              for i in ids))
+
+    tail, answer, directive = recs.question(rng, kind, q)
+    prompt = build_prompt(tok.encode, HEAD, chunks, tail, filler_id=tok.filler_id,
+                          bos_id=tok.bos_id, block_size=BLOCK_SIZE, chunk_blocks=1)
+    tag = tag_text(directive)
+    tag_ids = tok.encode(tag)
+    response = tag_ids + tok.encode(" " + answer)
+    loss = [True] * len(response)
+    tags = [(len(tag_ids) - 1, directive)]
+    _drill(rng, recs, tok, set(q), response, loss, tags, turns, n_chunks, p_local, p_multi,
+           multi_keys)
     response.append(tok.eos_id)
     loss.append(True)
     qkeys = tuple((KEY_WORDS[keys[r]], chunk_of[r] + 1, NUMBERS[values[r]]) for r in q)
