@@ -57,13 +57,13 @@ def main():
 
     lab = Lab(num_blocks=256, max_model_len=2016, record_rows=False)
     prompt = lab.seed_prompt()
-    for r in range(args.requests):           # warm-up batch, not measured (as in the stock run)
+    for _ in range(args.requests):           # warm-up batch, not measured (as in the stock run)
         lab.add_request(prompt, max_tokens=args.tokens)
     lab.run()
     rows = {}
     for name, tags in (("plugin_global", []), ("plugin_focus", [(0, "<focus C3,C7>")]),
                        ("plugin_local", [(0, "<local>")])):
-        for r in range(args.requests):
+        for _ in range(args.requests):
             lab.add_request(prompt, tags=tags, max_tokens=args.tokens)
         t = lab.tracker.timing
         before = dict(t)
@@ -103,7 +103,8 @@ def main():
     print(f"{'stock':<14} {stock_ms:>8.2f} {1.0:>9.3f}")
     for name, r in rows.items():
         print(f"{name:<14} {r['decode_step_ms']:>8.2f} {r['decode_step_ms'] / stock_ms:>9.3f} "
-              f"{r['decide_rewrite_us_per_req_step']:>27.1f} {r['detok_tags_us_per_req_step']:>23.1f}")
+              f"{r['decide_rewrite_us_per_req_step']:>27.1f} "
+              f"{r['detok_tags_us_per_req_step']:>23.1f}")
 
 
 if __name__ == "__main__":

@@ -31,12 +31,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from da_lab.bench.plan import bench_layout  # noqa: E402
-from da_lab.engine import access, kvmap  # noqa: E402
-from da_lab.engine.lab import step_record  # noqa: E402
-from da_lab.hook.state import EXTRA_ID, EXTRA_LAYOUT, Tracker  # noqa: E402
-from da_lab.trace import TraceWriter, load  # noqa: E402
-from da_lab.trace.process import ProcessTraceWriter  # noqa: E402
+from da_lab.bench.plan import bench_layout
+from da_lab.engine import access, kvmap
+from da_lab.engine.lab import step_record
+from da_lab.hook.state import EXTRA_ID, EXTRA_LAYOUT, Tracker
+from da_lab.trace import TraceWriter, load
+from da_lab.trace.process import ProcessTraceWriter
 
 BATCH, CONTEXT, BS = 64, 8192, 16
 MIN_STEPS = 512

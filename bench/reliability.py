@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 for k, v in {"HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -50,7 +50,7 @@ def fuzz(n_streams: int, seed: int = 0) -> dict:
             whole = events([text])
             for _ in range(3):
                 cuts = sorted(rng.sample(range(len(text) + 1), min(len(text), rng.randint(1, 6))))
-                parts = [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])]
+                parts = [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)], strict=True)]
                 splits += 1
                 differ += events(parts) != whole
         except Exception:   # noqa: BLE001 - counted: the goal is none
@@ -111,6 +111,7 @@ def rss_mb() -> float:
 
 def lifecycles(lab, n: int) -> dict:
     """`n` requests: steer-then-abort, abort after a step, run to the end; state and RSS."""
+    from da_lab.checks.lifecycles import one_round
     from da_lab.core.layout import build_prompt, seed_texts
     from da_lab.engine.results import per_request_entries
 
@@ -120,18 +121,10 @@ def lifecycles(lab, n: int) -> dict:
     done, rss, crashes = 0, [], 0
     while done < n:
         try:
-            batch = [lab.add_request(small, max_tokens=12 if k % 3 == 0 else 3)
-                     for k in range(30)]
-            for rid in batch[::3]:
-                lab.steer(rid, "<local 1>")
-                lab.abort(rid)
-            lab.step()
-            for rid in batch[1::3]:
-                lab.abort(rid)
-            lab.run()
+            done += one_round(lab, small, short_tokens=3)
         except Exception:   # noqa: BLE001 - counted
             crashes += 1
-        done += 30
+            done += 30
         if done % 1500 == 0 or done >= n:
             rss.append(round(rss_mb(), 1))
     entries = per_request_entries(lab)
@@ -231,7 +224,7 @@ def main(argv=None) -> int:
                leaked_entries=res["lifecycles"]["leaked_entries"],
                tracebacks=res["bad_api"]["tracebacks"] + res["bad_cli"]["tracebacks"],
                wall_s=round(time.perf_counter() - t0, 1))
-    day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    day = datetime.now(UTC).strftime("%Y-%m-%d")
     out = Path(args.out or Path(__file__).parent / "results" / f"reliability-{day}.json")
     out.write_text(json.dumps(res, indent=1) + "\n")
     print(json.dumps({k: res[k] for k in ("crashes", "stalls", "unflagged_mismatches",

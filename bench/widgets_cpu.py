@@ -15,7 +15,7 @@ import platform
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,8 +28,14 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def time_trace(path: Path) -> dict:
-    from da_lab_widgets import (BlocksDiagram, DAHookDiagram, Highlight, MetadataPathDiagram,
-                                SkeletonDiagram, TraceSource)
+    from da_lab_widgets import (
+        BlocksDiagram,
+        DAHookDiagram,
+        Highlight,
+        MetadataPathDiagram,
+        SkeletonDiagram,
+        TraceSource,
+    )
 
     src = TraceSource(path)
     hl = Highlight()
@@ -50,7 +56,8 @@ def time_trace(path: Path) -> dict:
         tick.append(t_all)
     row = {"trace": path.name, "steps": len(src.records)}
     for name, xs in {**per, "tick": tick}.items():
-        row[name] = {"median_ms": round(statistics.median(xs), 2), "p95_ms": round(_pct(xs, .95), 2)}
+        row[name] = {"median_ms": round(statistics.median(xs), 2),
+                     "p95_ms": round(_pct(xs, .95), 2)}
     return row
 
 
@@ -60,7 +67,7 @@ def main() -> None:
     args = ap.parse_args()
     rows = [time_trace(p) for p in sorted((ROOT / "traces").glob("*.jsonl.gz"))]
     doc = {"command": " ".join(["python", *sys.argv]), "machine": platform.machine(),
-           "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "rows": rows}
+           "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "rows": rows}
     for r in rows:
         cells = "  ".join(f"{k} {r[k]['median_ms']:.1f}/{r[k]['p95_ms']:.1f}"
                           for k in ("skeleton", "blocks", "metadata_path", "da_hook", "tick"))

@@ -177,7 +177,8 @@ def cmd_export(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    """Held-out tag / answer accuracy of a model that writes its own tags (da_lab.training.evaluate)."""
+    """Held-out tag / answer accuracy of a model that writes its own tags
+    (da_lab.training.evaluate)."""
     out = _quiet_stdout() if args.json else sys.stdout
     from da_lab.engine.env import LOG_TO_STDERR, apply_env
     from da_lab.training.evaluate import document, run_eval, table

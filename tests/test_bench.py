@@ -10,8 +10,14 @@ import sys
 import pytest
 
 from da_lab.bench.report import check_overlap, spread
-from da_lab.bench.run import (TAGS, bench_layout, ideal_speedup, kept_fraction, kept_prompt_len,
-                              ratios)
+from da_lab.bench.run import (
+    TAGS,
+    bench_layout,
+    ideal_speedup,
+    kept_fraction,
+    kept_prompt_len,
+    ratios,
+)
 
 ROW_KEYS = {"model", "context", "batch", "mode", "kept_block_fraction", "decode_tok_s",
             "attn_ms_per_step", "ideal_speedup"}
@@ -109,7 +115,7 @@ def test_bench_children_never_import_during_a_timed_window(run):
     assert doc["settings"]["overlap_import"] is False and doc["settings"]["repeats"] == 3
     kids = doc["children"]
     assert len(kids) == 3
-    for k, nk in zip(kids, kids[1:]):
+    for k, nk in zip(kids, kids[1:], strict=False):
         assert k["t_first_window"] <= k["t_last_window_end"]
         assert nk["t_imported"] - nk["import_s"] > k["t_last_window_end"]
         assert not k.get("import_overlapped_measurement")

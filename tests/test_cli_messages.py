@@ -6,9 +6,8 @@ import shutil
 import subprocess
 import sys
 
-import pytest
-
 import numpy as np
+import pytest
 
 from da_lab.core.record import RequestStep, StepRecord
 from da_lab.trace import TraceWriter

@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from da_lab.cli import SEED_TAGS
 from da_lab.checks.oracle import check
+from da_lab.cli import SEED_TAGS
 
 SCENARIO = [(4, "<focus C3,C7>"), (16, "<local>"), (28, "<global>")]
 assert SCENARIO == SEED_TAGS

@@ -13,12 +13,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
-from da_lab.trace import load
 from da_lab_widgets.highlight import Highlight
 from da_lab_widgets.metadata_path import MetadataPathDiagram, step_values
-from da_lab.engine.variants import introspect_variant, variant_cache
 from da_lab_widgets.skeleton import SkeletonDiagram, html_one_backend
+
+from da_lab.engine.variants import introspect_variant, variant_cache
+from da_lab.trace import load
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "traces" / "seed_cpu.jsonl.gz"
@@ -227,7 +227,8 @@ def test_quantized_variant_runs_a_real_engine(tiny_model, variant_home, trace):
         {"Fp8PtpcOnlineLinearMethod"}
     assert {s["linear_method"] for s in sk["slots"] if s["slot"] == "embedding"} == \
         {"UnquantizedEmbeddingMethod"}
-    fp8 = next(k for k in res["linear_kernels"] if k["linear_method"] == "Fp8PtpcOnlineLinearMethod")
+    fp8 = next(k for k in res["linear_kernels"]
+               if k["linear_method"] == "Fp8PtpcOnlineLinearMethod")
     assert fp8["weight_dtype"].startswith("float8") and fp8["kernels"]
     assert len(res["generated"]) == 4 and res["da_hook"] == "accepted"
     d = SkeletonDiagram(trace.header, Highlight(), model_path=tiny_model)

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from da_lab.hook.state import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT, Tracker
 from da_lab.core.layout import Layout
+from da_lab.hook.state import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT, Tracker
 
 
 def tracker(tiny_model, script):

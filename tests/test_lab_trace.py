@@ -36,8 +36,8 @@ def test_live_records_equal_reloaded_trace(lab, tmp_path, suffix):
 
 def test_physical_map_and_rows_are_consistent(lab):
     prompt = lab.seed_prompt()
-    a = lab.add_request(prompt, tags=[(1, "<focus C2>")], max_tokens=40)
-    b = lab.add_request(prompt, max_tokens=40)        # same prompt: prefix-shared blocks
+    lab.add_request(prompt, tags=[(1, "<focus C2>")], max_tokens=40)
+    lab.add_request(prompt, max_tokens=40)        # same prompt: prefix-shared blocks
     kv = apply_kv_changes({}, lab.kv_changes_from_empty())   # the cache before this run
     recs = lab.run()
     shared_seen = False

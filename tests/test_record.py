@@ -62,7 +62,7 @@ def test_schema2_round_trip_keeps_every_field_and_array(rec):
     d = json.loads(json.dumps(rec.to_json()))       # plain JSON, nothing numpy left
     back = StepRecord.from_json(d)
     assert back == rec and back.to_json() == d
-    for a, b in zip(rec.requests, back.requests):
+    for a, b in zip(rec.requests, back.requests, strict=True):
         for k in ("staged_row", "kept_logical", "built_row", "kernel_row", "read_row"):
             x, y = getattr(a, k), getattr(b, k)
             assert (x is None) == (y is None) and (x is None or x.tolist() == y.tolist())

@@ -1,7 +1,6 @@
 """Models and setups the hook can't serve are refused with a message naming the reason."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -10,8 +9,8 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from da_lab.hook import check_version
 from da_lab.engine.lab import precheck_model
+from da_lab.hook import check_version
 
 
 def variant(tiny_model, tmp_path, **changes):
@@ -26,7 +25,8 @@ def variant(tiny_model, tmp_path, **changes):
 def test_unsupported_vllm_version_is_named():
     check_version("0.32.0")
     check_version("0.26.0")
-    with pytest.raises(RuntimeError, match=r"supports vLLM 0\.26\.0 and 0\.32\.0.*found vLLM 0\.31\.1"):
+    with pytest.raises(RuntimeError,
+                       match=r"supports vLLM 0\.26\.0 and 0\.32\.0.*found vLLM 0\.31\.1"):
         check_version("0.31.1")
 
 

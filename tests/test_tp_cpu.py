@@ -15,7 +15,8 @@ def test_tp2_ranks_agree_and_match_the_reference(tmp_path):
     out = tmp_path / "tp2.json"
     # A fresh process: the session's in-process Lab (VLLM_ENABLE_V1_MULTIPROCESSING=0) and
     # its tracker stay out of it.
-    p = subprocess.run([sys.executable, "-m", "da_lab.checks.tp_check", "--tp", "2", "--out", str(out)],
+    p = subprocess.run([sys.executable, "-m", "da_lab.checks.tp_check", "--tp", "2",
+                        "--out", str(out)],
                        capture_output=True, text=True, timeout=400,
                        env=dict(os.environ, VLLM_LOGGING_STREAM="ext://sys.stderr"))
     assert out.exists(), (p.stdout[-2000:], p.stderr[-4000:])

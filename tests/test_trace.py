@@ -286,7 +286,8 @@ def test_loads_without_vllm_or_torch(tmp_path):
     recs = [make_record(s) for s in range(4)]
     j = save(tmp_path / "t.jsonl.gz", HEADER, recs)
     q = save(tmp_path / "t.parquet", HEADER, recs)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-c", BLOCKED_CHILD, str(j), str(q)], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -171,7 +171,8 @@ def test_malformed_record_content_is_one_line(tmp_path, mutate, needle):
 def test_replay_of_malformed_traces_says_one_line(tmp_path):
     """The CLI: a malformed record, and a header without the provenance replay prints."""
     bad = _schema1_file(tmp_path, lambda r: r["requests"][0].pop("tag_buffer"))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     no_prov = save(tmp_path / "np.jsonl.gz", {"provenance": {"device": "cpu"}}, RECORDS)
     for path, needle in ((bad, "requests[0].tag_buffer is missing"),
                          (no_prov, "provenance lacks vllm, model, runner, block_size")):
@@ -193,7 +194,7 @@ def test_shipped_schema1_traces_load_and_keep_their_numbers(path):
     t = load(path)
     lines = gzip.decompress(path.read_bytes()).splitlines()
     assert t.header["schema"] == 1 and len(t) == len(lines) - 1 >= 40
-    for raw, rec in zip(lines[1:], t.records):
+    for raw, rec in zip(lines[1:], t.records, strict=True):
         d = json.loads(raw)
         assert rec.step == d["step"] and rec.scheduled == d["scheduled"]
         assert rec.kv == d["kv"] and rec.added == d["added"]

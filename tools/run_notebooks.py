@@ -21,7 +21,7 @@ import json
 import shlex
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 NB = Path(__file__).resolve().parents[1] / "notebooks"
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
         return 2
     device = _device()
     doc = {"device": device, "vllm": engine_name(),
-           "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "date": datetime.now(UTC).isoformat(timespec="seconds"),
            "command": "python tools/run_notebooks.py " + " ".join(
                shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
            "notebooks": []}

@@ -81,7 +81,7 @@ def kept_prompt_len(layout) -> int:
 
 
 def bench_home() -> Path:
-    from da_lab.engine.models import lab_home
+    from da_lab.engine.cache import lab_home
 
     return lab_home() / "bench_models"
 

@@ -72,7 +72,7 @@ def check_overlap(doc: dict) -> None:
     if not doc["settings"].get("overlap_import"):
         return
     kids = doc["children"]
-    for k, nk in zip(kids, kids[1:]):
+    for k, nk in zip(kids, kids[1:], strict=False):
         t_meas, t_imp = k.get("t_first_window"), nk.get("t_imported")
         if t_meas and t_imp and t_imp > t_meas:
             k["import_overlapped_measurement"] = True
@@ -169,7 +169,6 @@ def write_plot(doc: dict, json_path: Path) -> list[Path]:
     written = [html]
     try:
         import kaleido
-
         from da_lab_widgets.export import browser_path
 
         png = base.with_suffix(".png")

@@ -22,34 +22,52 @@ Per row: decode tokens/s over `--repeats` (default 3) back-to-back windows of `-
 pure decode steps each (prefill and the director's tag steps excluded; the median is the row's
 figure, min/max/stdev beside it), attention time per step from torch.profiler over a few
 more steps, the fraction of KV blocks the kernel was given (read back from the hook's step
-records), and the ideal speedup from bytes read per decode step. This module needs neither vLLM nor torch at import; the
-children do the measuring.
+records), and the ideal speedup from bytes read per decode step. This module needs neither
+vLLM nor torch at import; the children do the measuring.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
-import shutil
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from da_lab.bench.plan import (DEFAULT_MODES, LLAMA_VOCAB, MODELS, MODES, N_CHUNKS,  # noqa: F401
-                               STOCK_MODES, TAGS, bench_layout, kept_fraction, kept_prompt_len,
-                               prepare_model)
-from da_lab.bench.report import (_log, _sort_key, check_overlap, ideal_speedup,  # noqa: F401
-                                 ratios, table, write_plot)
+from da_lab.bench.plan import (  # noqa: F401
+    DEFAULT_MODES,
+    LLAMA_VOCAB,
+    MODELS,
+    MODES,
+    N_CHUNKS,
+    STOCK_MODES,
+    TAGS,
+    bench_layout,
+    kept_fraction,
+    kept_prompt_len,
+    prepare_model,
+)
+from da_lab.bench.report import (
+    _log,
+    _sort_key,
+    check_overlap,
+    ideal_speedup,
+    ratios,
+    table,
+    write_plot,
+)
 from da_lab.engine.child import ChildProcess
 from da_lab.engine.env import engine_name
+
 
 def _ints(s: str) -> list[int]:
     try:
         out = [int(x) for x in s.split(",") if x.strip()]
     except ValueError:
-        raise SystemExit(f"da-lab bench: expected comma-separated integers, got {s!r}")
+        raise SystemExit(f"da-lab bench: expected comma-separated integers, got {s!r}") from None
     if not out or min(out) < 1:
         raise SystemExit(f"da-lab bench: expected positive integers, got {s!r}")
     return out
@@ -342,7 +360,7 @@ def cmd_bench(args) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     doc = {"run_id": run_id, "command": "da-lab " + " ".join(sys.argv[1:]),
            "device": dev_name, "vllm": engine_name(), "runner": [],
-           "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "settings": settings, "children": [], "rows": [], "ratios": []}
     plan = _plan(settings, args)
     s = settings

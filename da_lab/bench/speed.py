@@ -15,8 +15,8 @@ import sys
 
 
 def time_modes(chunk_blocks: int = 14, steps: int = 60) -> dict:
-    from da_lab.engine.lab import Lab
     from da_lab.core.layout import build_prompt, seed_texts
+    from da_lab.engine.lab import Lab
 
     head, chunks, tail = seed_texts()
     n_blocks = 1 + 12 * chunk_blocks + 1 + -(-steps // 32) + 2

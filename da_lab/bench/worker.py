@@ -3,8 +3,8 @@
     python -m da_lab.bench.worker SPEC.json OUT.json
 
 The parent (da_lab/bench/run.py, through da_lab.engine.child) sets the environment before
-this process imports vLLM: VLLM_PLUGINS=none for the stock modes (so the da_lab plugin is never loaded),
-VLLM_USE_V2_MODEL_RUNNER, VLLM_ENABLE_V1_MULTIPROCESSING=0 (engine in this process, so
+this process imports vLLM: VLLM_PLUGINS=none for the stock modes (so the da_lab plugin is never
+loaded), VLLM_USE_V2_MODEL_RUNNER, VLLM_ENABLE_V1_MULTIPROCESSING=0 (engine in this process, so
 `llm_engine.step()` is one engine step and the hook's tracker is readable here). OUT.json is
 rewritten after every row, so rows measured before a crash survive it.
 
@@ -119,8 +119,9 @@ class Child(Measuring):
 
     def _describe_engine(self, access) -> None:
         """What the engine really runs, in the document (and checked against the spec)."""
-        import da_lab.hook as H
         from tokenizers import Tokenizer
+
+        import da_lab.hook as H
 
         s, torch = self.spec, self.torch
         vc = access.vllm_config(self.llm)

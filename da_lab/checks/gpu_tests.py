@@ -30,8 +30,10 @@ import json
 import os
 import sys
 import time
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
+
+from da_lab.checks.verdict import compare_graphs, score
 
 MODELS = ("tiny", "llama-1b-dummy")
 RUNNERS = ("v1", "v2")
@@ -79,13 +81,12 @@ def _drive(lab, prompt, max_tokens: int) -> tuple[dict, dict]:
         rec = lab.step()
         steps += 1
         for r in rec.requests:
-            max_unseen = max(max_unseen, r.get("tokens_unseen", 0))
+            max_unseen = max(max_unseen, r.tokens_unseen or 0)
     reqs = {}
     for name, rid in rids.items():
         st, r = lab.request_state(rid), lab.requests[rid]
         reqs[name] = {"tokens": r["token_ids"], "forced": sorted(r["forced"]),
-                      "history": [(a, b, None if k is None else [int(x) for x in k])
-                                  for a, b, k in st.mask_history],
+                      "history": _history(st),
                       "events": [e["kind"] for e in st.events],
                       "masked_steps": sum(k is not None for _, _, k in st.mask_history)}
     return reqs, {"steps": steps, "max_tokens_unseen": max_unseen}
@@ -100,8 +101,13 @@ def _teacher_force(lab, prompt, reqs: dict, eager: dict) -> None:
         e = (eager.get("requests") or {}).get(name)
         if e is not None:
             r["eager_tokens"] = e["tokens"]
-            r["forced_argmax"] = forced_argmax(lab, prompt, e["tokens"],
-                                               request_id=f"teacher-{name}")
+            rid = f"teacher-{name}"
+            r["forced_argmax"] = forced_argmax(lab, prompt, e["tokens"], request_id=rid)
+            r["forced_history"] = _history(lab.request_state(rid))
+
+
+def _history(st) -> list:
+    return [(a, b, None if k is None else [int(x) for x in k]) for a, b, k in st.mask_history]
 
 
 def _references(path: str, prompt, reqs: dict, device: str) -> None:
@@ -162,77 +168,6 @@ def run_case(model: str, runner: str, graphs: str, max_tokens: int = 40,
     return {"model": model, "runner": runner, "graphs": graphs, **info, "requests": reqs}
 
 
-def gap_stats(gaps: list[float]) -> dict:
-    """How close to a tie the disagreements were: count, smallest and largest top-2 gap."""
-    return {"n": len(gaps), "min": round(min(gaps), 4) if gaps else None,
-            "max": round(max(gaps), 4) if gaps else None}
-
-
-def score(case: dict, threshold: float) -> dict:
-    """Engine vs the masked references. A mismatch: the engine differs from the float32
-    reference where its gap is >= threshold, and from the bfloat16 reference too."""
-    from da_lab.checks.oracle import disagreement_gaps
-
-    compared = ties = mism = mism_fp32 = unmasked_diff = masked_steps = 0
-    where, gaps = [], {"float32": [], "bfloat16": []}
-    for name, r in case["requests"].items():
-        forced = set(r["forced"])
-        masked_steps += r["masked_steps"]
-        gaps["float32"] += disagreement_gaps(r["tokens"], r["ref_masked"], r["gap"], forced)
-        if "ref_masked_bf16" in r:
-            gaps["bfloat16"] += disagreement_gaps(r["tokens"], r["ref_masked_bf16"],
-                                                  r["gap_bf16"], forced)
-        for i, tok in enumerate(r["tokens"]):
-            if i in forced:
-                continue
-            unmasked_diff += r["ref_unmasked"][i] != tok
-            if r["gap"][i] < threshold:
-                ties += 1
-                continue
-            compared += 1
-            if r["ref_masked"][i] != tok:
-                mism_fp32 += 1
-                if r.get("ref_masked_bf16", r["ref_masked"])[i] != tok:
-                    mism += 1
-                    where.append(f"{name}@{i}")
-    ok_runner = case["runner_ran"] == case["runner"]
-    passed = ok_runner and mism == 0 and compared > 0 and unmasked_diff > 0 and masked_steps > 0
-    return {"passed": passed, "tokens_compared": compared, "near_ties": ties,
-            "mismatches": mism, "mismatch_at": where[:20],
-            "mismatches_fp32_alone": mism_fp32,
-            "disagreement_gap_fp32": gap_stats(gaps["float32"]),
-            "disagreement_gap_bf16": gap_stats(gaps["bfloat16"]),
-            "unmasked_reference_differs_at": unmasked_diff, "masked_steps": masked_steps,
-            "runner_as_asked": ok_runner}
-
-
-def compare_graphs(eager: dict, case: dict, threshold: float) -> dict:
-    """This case's greedy choice on the eager case's streams (teacher forcing) against the
-    eager tokens, at every position the director did not write. A difference counts where the
-    eager run's float32 reference gap is >= threshold; near-tie differences are counted apart."""
-    compared = diff = ties_diff = 0
-    where, gaps = [], []
-    for name, r in case["requests"].items():
-        e = eager["requests"].get(name)
-        if e is None or "forced_argmax" not in r:
-            continue
-        forced = set(e["forced"])
-        for i, (a, b) in enumerate(zip(e["tokens"], r["forced_argmax"])):
-            if i in forced:
-                continue
-            compared += 1
-            if a != b:
-                gaps.append(e["gap"][i])
-                if e["gap"][i] >= threshold:
-                    diff += 1
-                    where.append(f"{name}@{i}")
-                else:
-                    ties_diff += 1
-    return {"eager_tokens_compared": compared, "eager_mismatches": diff,
-            "eager_mismatch_at": where[:20], "eager_near_tie_differences": ties_diff,
-            "eager_difference_gap": gap_stats(gaps)}
-
-
 def child(args) -> int:
     from da_lab.engine.child import write_doc
 
@@ -277,7 +212,7 @@ def _run_cases(cases, raw: Path, args) -> list[dict]:
         procs.append(ChildProcess(argv, out=f, log=raw / f"{m}-{r}-{g}.log", env=env,
                                   what=f"case {m} {r} {g}"))
     results = []
-    for (m, r, g), p in zip(cases, procs):
+    for (m, r, g), p in zip(cases, procs, strict=True):
         doc, err = p.wait(timeout=max(1, args.timeout - (time.perf_counter() - t0)))
         if not doc:
             doc = {"model": m, "runner": r, "graphs": g,
@@ -327,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
                          "near-tie (default 0.25)")
     ap.add_argument("--timeout", type=int, default=540, help="seconds for all cases")
     ap.add_argument("--raw", help="folder for each case's raw JSON (tokens, gaps, histories)")
+    ap.add_argument("--rescore", metavar="RAW",
+                    help="score the case files of an earlier run (its --raw folder) with this "
+                         "version's rules instead of running the cases")
     ap.add_argument("--case", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--case-out", help=argparse.SUPPRESS)
     ap.add_argument("--eager-from", help=argparse.SUPPRESS)
@@ -339,13 +277,18 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or (f"/tmp/gpu-tests-cpu-{today}.json" if args.device == "cpu"
                             else f"bench/results/gpu-tests-{today}.json"))
     raw = Path(args.raw) if args.raw else out.with_suffix("")
-    raw.mkdir(parents=True, exist_ok=True)
+    if not args.rescore:
+        raw.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    results = _run_cases(_cases(args), raw, args)
+    if args.rescore:
+        results = [json.loads((Path(args.rescore) / f"{m}-{r}-{g}.json").read_text())
+                   for m, r, g in _cases(args)]
+    else:
+        results = _run_cases(_cases(args), raw, args)
     rows = _rows(results, args.threshold)
     doc = {"device": next((c["device"] for c in results if c.get("device")), args.device),
            "vllm": engine_name(),
-           "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "command": "python -m da_lab.checks.gpu_tests " + " ".join(argv or sys.argv[1:]),
            "threshold": args.threshold, "references": list(REFERENCES),
            "wall_s": round(time.perf_counter() - t0, 1), "cases": rows}

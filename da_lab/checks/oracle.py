@@ -23,7 +23,7 @@ class OracleResult:
     top2_gap: list[float]           # masked reference: logit gap between best and second best
 
     def _diff(self, ref: list[int]) -> list[int]:
-        return [i for i, (a, b) in enumerate(zip(self.engine_tokens, ref))
+        return [i for i, (a, b) in enumerate(zip(self.engine_tokens, ref, strict=False))
                 if a != b and i not in self.forced]
 
     @property
@@ -74,7 +74,7 @@ def disagreement_gaps(engine_tokens: list[int], ref_tokens: list[int], gaps: lis
                       forced: set[int] = frozenset()) -> list[float]:
     """The reference's top-2 gap at every position the engine chose differently (forced
     positions left out): how close to a tie each disagreement was."""
-    return [float(gaps[i]) for i, (a, b) in enumerate(zip(engine_tokens, ref_tokens))
+    return [float(gaps[i]) for i, (a, b) in enumerate(zip(engine_tokens, ref_tokens, strict=False))
             if a != b and i not in forced]
 
 

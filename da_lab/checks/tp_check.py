@@ -12,7 +12,7 @@ hook in each), runs the seed scenario's three director scripts at once (greedy),
      ranks record by record: identical => `ranks_agree`;
   2. replays each request through the transformers oracle (float32, one process, no TP) with
      the mask history and compares the engine's greedy tokens at the non-forced positions,
-     by the GPU run's rule (`gpu_tests.score`: only where the reference's top-2 logit gap is
+     by the GPU run's rule (`checks.verdict.score`: only where the reference's top-2 logit gap is
      >= --threshold; near-ties counted). In float32 (CPU) every non-forced position must
      match too (`strict_mismatches`).
 
@@ -28,7 +28,7 @@ import json
 import os
 import sys
 import time
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -43,9 +43,8 @@ VOLATILE = ("hook_us",)
 def worker_log(worker=None) -> str:
     """This rank's hook log as JSON: who ran, every step record, every DA request's state."""
     import da_lab.hook as hook
-    from da_lab.hook.state import TRACKER
-
     from da_lab.engine.access import tp_rank_info
+    from da_lab.hook.state import TRACKER
 
     rank, comm = tp_rank_info()
     TRACKER.settle()      # step records whose host copies were in flight (CUDA)
@@ -104,7 +103,7 @@ def request_params(tokenizer, prompt, tags, max_tokens: int, da_id: str):
     from da_lab.hook.state import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
 
     script = sorted([int(at), tokenizer.encode(t, add_special_tokens=False)] for at, t in tags)
-    for (a, ids), (b, _) in zip(script, script[1:]):
+    for (a, ids), (b, _) in zip(script, script[1:], strict=False):
         if a + len(ids) > b:
             raise ValueError(f"director tags overlap at output {a}")
     extra = {EXTRA_ID: da_id, EXTRA_LAYOUT: prompt.layout.to_dict(), EXTRA_DIRECTOR: script}
@@ -171,7 +170,7 @@ def compare_ranks(logs: list[dict], engine_tokens: dict[str, list[int]]) -> dict
         if len(lg["steps"]) != len(base["steps"]):
             diffs.append(f"rank {r}: {len(lg['steps'])} step records, rank 0 has "
                          f"{len(base['steps'])}")
-        for a, b in zip(base["steps"], lg["steps"]):
+        for a, b in zip(base["steps"], lg["steps"], strict=False):
             if _strip(a) != _strip(b):
                 keys = sorted(k for k in set(a) | set(b) if k not in VOLATILE
                               and a.get(k) != b.get(k))
@@ -213,7 +212,7 @@ NO_ROWS_NOTE = ("no speed rows: the FOCUS vs GLOBAL decode tokens/s comparison i
 def against_reference(path: str, prompt, tokens: dict, forced: dict, hist0: dict,
                       cuda: bool) -> tuple[dict, list[str]]:
     """Each request replayed through the float32 oracle with rank 0's mask history: the case
-    gpu_tests.score() reads, and every position (near-ties too) where the engine differs."""
+    verdict.score() reads, and every position (near-ties too) where the engine differs."""
     from da_lab.checks.oracle import check, load_reference
 
     ref = load_reference(path, device="cuda" if cuda else "cpu")
@@ -249,7 +248,8 @@ def run(tp: int = 2, max_tokens: int = 40, model: str | None = None, eager: bool
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if runner == "v2" else "0"
     from vllm import LLM
 
-    from da_lab.checks.gpu_tests import SCENARIOS, score
+    from da_lab.checks.gpu_tests import SCENARIOS
+    from da_lab.checks.verdict import score
     from da_lab.engine.models import model_path
 
     path = str(model or model_path("da-tiny-v1"))
@@ -276,7 +276,7 @@ def run(tp: int = 2, max_tokens: int = 40, model: str | None = None, eager: bool
     outs = llm.generate([{"prompt_token_ids": prompt.token_ids}] * len(names),
                         [params[n] for n in names], use_tqdm=False)
     gen_s = time.perf_counter() - t0
-    tokens = {n: list(o.outputs[0].token_ids) for n, o in zip(names, outs)}
+    tokens = {n: list(o.outputs[0].token_ids) for n, o in zip(names, outs, strict=True)}
     logs = sorted((json.loads(s) for s in llm.collective_rpc(worker_log)),
                   key=lambda lg: lg["rank"])
     ranks = compare_ranks(logs, tokens)
@@ -292,7 +292,7 @@ def run(tp: int = 2, max_tokens: int = 40, model: str | None = None, eager: bool
     return {
         "tensor_parallel_size": tp, "device": device_name(cuda, tp), "vllm": lab_engine_name(),
         "model": Path(path).name, "dtype": dtype, "eager": eager,
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "ranks_agree": ranks["ranks_agree"], "tokens_match_reference": match,
         "steps_compared": ranks["steps_compared"],
         "request_records_compared": ranks["request_records_compared"],

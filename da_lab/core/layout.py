@@ -12,8 +12,8 @@ SamplingParams.extra_args); `DAPrompt` adds the token ids and texts.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 BLOCK_SIZE = 32
 
@@ -91,7 +91,7 @@ class Layout:
                 "chunk_blocks": list(self.chunk_blocks), "prompt_len": self.prompt_len}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Layout":
+    def from_dict(cls, d: dict) -> Layout:
         try:
             return cls(int(d["block_size"]), int(d["head_blocks"]),
                        tuple(int(b) for b in d["chunk_blocks"]), int(d["prompt_len"]))

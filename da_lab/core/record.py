@@ -104,7 +104,7 @@ class Metadata:
                 "max_seq_len": self.max_seq_len, "backend": self.backend, "runner": self.runner}
 
     @classmethod
-    def from_json(cls, d: Any, step: Any = "?") -> "Metadata | None":
+    def from_json(cls, d: Any, step: Any = "?") -> Metadata | None:
         if d is None:
             return None
         if not isinstance(d, dict):
@@ -241,7 +241,7 @@ class RequestStep:
         return d
 
     @classmethod
-    def from_json(cls, d: Any, step: Any = "?", i: int = 0, schema: int = SCHEMA) -> "RequestStep":
+    def from_json(cls, d: Any, step: Any = "?", i: int = 0, schema: int = SCHEMA) -> RequestStep:
         if not isinstance(d, dict):
             raise RecordError(f"{_where(step, f'requests[{i}]')} is {type(d).__name__}, "
                               "not an object")
@@ -337,7 +337,7 @@ class StepRecord:
                 "added": self.added, "warnings": self.warnings}
 
     @classmethod
-    def from_json(cls, d: Any, schema: int = SCHEMA) -> "StepRecord":
+    def from_json(cls, d: Any, schema: int = SCHEMA) -> StepRecord:
         """A record from its JSON dict (schema 2, or the schema-1 dicts of older traces)."""
         if not isinstance(d, dict):
             raise RecordError(f"a record is a JSON {type(d).__name__}, not an object")

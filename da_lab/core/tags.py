@@ -33,7 +33,7 @@ MAX_NUMBER = 10**6
 _MAX_DIGITS = len(str(MAX_NUMBER))
 
 
-class Mode(str, enum.Enum):
+class Mode(enum.StrEnum):
     GLOBAL = "global"
     FOCUS = "focus"
     LOCAL = "local"
@@ -94,7 +94,7 @@ class Directive:
         return {"mode": self.mode.value, "chunks": list(self.chunks), "recent": self.recent}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Directive":
+    def from_dict(cls, d: dict) -> Directive:
         return cls(
             mode=Mode(d.get("mode", Mode.GLOBAL.value)),
             chunks=tuple(d.get("chunks") or ()),
@@ -114,7 +114,7 @@ def tag_text(directive: Directive) -> str:
     return f"<{directive}>"
 
 
-class EventKind(str, enum.Enum):
+class EventKind(enum.StrEnum):
     TAG_TRAPPED = "tag_trapped"
     MODE_CHANGED = "mode_changed"
     MALFORMED_TAG = "malformed_tag"

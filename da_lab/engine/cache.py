@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -29,3 +32,20 @@ def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def build_atomically(folder: Path, write: Callable[[Path], None]) -> Path:
+    """`write(tmp)` fills a temporary sibling of `folder`, which then gets its FINGERPRINT and
+    is renamed into place: a crash halfway never leaves a folder that looks complete."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    try:
+        write(tmp)
+        (tmp / "FINGERPRINT").write_text(fingerprint(tmp) + "\n")
+        if folder.exists():
+            shutil.rmtree(folder)
+        tmp.rename(folder)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder

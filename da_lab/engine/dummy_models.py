@@ -14,7 +14,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from da_lab.engine.models import lab_home, tokenizer_json, write_tokenizer_files
+from da_lab.engine.cache import lab_home
+from da_lab.engine.models import tokenizer_json, write_tokenizer_files
 
 SHAPES = {
     "llama-1b-dummy": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,

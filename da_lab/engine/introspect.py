@@ -32,7 +32,7 @@ def _slot(name: str, mod) -> dict | None:
     try:
         from vllm.model_executor.layers.attention import Attention
     except ImportError:    # older layout (0.26): vllm.attention.layer
-        from vllm.attention.layer import Attention   # type: ignore[no-redef]
+        from vllm.attention.layer import Attention  # type: ignore[no-redef]
     if isinstance(mod, Attention):
         return {"slot": "attention", "class": _cls(mod),
                 "backend": mod.attn_backend.get_name(), "impl": _cls(mod.impl),

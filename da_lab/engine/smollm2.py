@@ -34,7 +34,7 @@ import warnings
 from pathlib import Path
 
 from da_lab import ASSETS
-from da_lab.engine.cache import file_sha256, fingerprint, lab_home
+from da_lab.engine.cache import build_atomically, file_sha256, fingerprint, lab_home
 
 BASE_NAME = "smollm2"
 DA_NAME = "smollm2-da"
@@ -276,9 +276,7 @@ def build(name: str = BASE_NAME, folder: str | Path | None = None, *, gguf: Path
     source = expected_source(name, delta, base)
     if not force and is_current(folder, source):
         return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=name + ".", dir=folder.parent))
-    try:
+    def write(tmp: Path) -> None:
         if name == BASE_NAME:
             print(f"da_lab: building {name} from {PACKAGE} {PACKAGE_VERSION} (once, ~30 s)",
                   flush=True)
@@ -286,14 +284,8 @@ def build(name: str = BASE_NAME, folder: str | Path | None = None, *, gguf: Path
         else:
             write_merged(tmp, base, _delta_file(delta))
         (tmp / "source.json").write_text(json.dumps(source, indent=2, sort_keys=True) + "\n")
-        (tmp / "FINGERPRINT").write_text(fingerprint(tmp) + "\n")
-        if folder.exists():
-            shutil.rmtree(folder)
-        tmp.rename(folder)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return folder
+
+    return build_atomically(folder, write)
 
 
 def verify(folder: Path) -> bool:

@@ -69,7 +69,7 @@ def check_tags(script: list, max_tokens: int) -> None:
         if at + len(tag_ids) >= max_tokens:
             raise ValueError(f"tags: the tag at output {at} is {len(tag_ids)} tokens long and "
                              f"must close before the last of max_tokens={max_tokens} outputs")
-    for (a, tag_ids), (b, _) in zip(script, script[1:]):
+    for (a, tag_ids), (b, _) in zip(script, script[1:], strict=False):
         if a + len(tag_ids) > b:
             raise ValueError(f"director tags overlap: the tag at output {a} is "
                              f"{len(tag_ids)} tokens long, the next starts at {b}")

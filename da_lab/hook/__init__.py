@@ -3,7 +3,8 @@
 Registered as the `vllm.general_plugins` entry point `da_lab`, so vLLM loads it in the driver and
 in every worker process. Runner differences live in the adapters (`runners/v1.py` for the v1
 model runner, which the CPU build uses; `runners/v2.py` for 0.26's V2 GPU runner); the edit
-itself is in `metadata.py`, the per-step state the wrappers share in `context.py`. `register()` refuses versions it has not been checked against.
+itself is in `metadata.py`, the per-step state the wrappers share in `context.py`. `register()`
+refuses versions it has not been checked against.
 """
 
 from __future__ import annotations
@@ -32,9 +33,8 @@ def register() -> None:
 
     check_version(vllm.__version__)
     from da_lab.hook import prefix_cache
+    from da_lab.hook.runners import v1, v2
     from da_lab.hook.state import TRACKER
-    from da_lab.hook.runners import v1
-    from da_lab.hook.runners import v2
 
     v1.install()
     # v2.install() raises where the V2 runner exists but can't be patched; False means this

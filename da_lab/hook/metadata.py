@@ -62,7 +62,7 @@ def apply(cm, d: Decision):
         # Copy-on-write; numpy copies + from_numpy are microseconds instead of torch op chains.
         src_np = src.numpy()
         dst_np = src_np.copy()
-        for i, k in zip(rows, kepts):
+        for i, k in zip(rows, kepts, strict=True):
             dst_np[i, : len(k)] = src_np[i, k]
         seq_np = cm.seq_lens.numpy().copy()
         seq_np[:n] = new_seq[: len(seq_np)]
@@ -70,7 +70,8 @@ def apply(cm, d: Decision):
     elif (ctx := context.current()).applied != (d.step, src.data_ptr()):
         # In place (CUDA graphs read these addresses): one gather for all masked rows.
         dev = src.device
-        r = torch.as_tensor(np.asarray(rows, dtype=np.int64)).pin_memory().to(dev, non_blocking=True)
+        r = torch.as_tensor(np.asarray(rows, dtype=np.int64)).pin_memory().to(dev,
+                                                                              non_blocking=True)
         idx = torch.from_numpy(_gather_index(kepts)).pin_memory().to(dev, non_blocking=True)
         src[r, : idx.shape[1]] = src[r].gather(1, idx)
         seq = cm.seq_lens

@@ -168,8 +168,9 @@ class Tracker:
     # ---- request lifecycle -------------------------------------------------------------
     def _tok(self):
         if self.tokenizer is None:
-            from tokenizers import Tokenizer
             from pathlib import Path
+
+            from tokenizers import Tokenizer
 
             self.tokenizer = Tokenizer.from_file(str(Path(self.tokenizer_path) / "tokenizer.json"))
             self.vocab_size = self.tokenizer.get_vocab_size()
@@ -395,4 +396,5 @@ class Tracker:
 TRACKER = Tracker()
 
 
-__all__ = ["TRACKER", "Tracker", "RequestState", "Decision", "EXTRA_LAYOUT", "EXTRA_DIRECTOR", "EXTRA_ID"]
+__all__ = ["TRACKER", "Tracker", "RequestState", "Decision", "EXTRA_LAYOUT", "EXTRA_DIRECTOR",
+           "EXTRA_ID"]

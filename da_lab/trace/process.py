@@ -123,7 +123,7 @@ class ProcessTraceWriter:
         if self._error is not None:
             raise self._error
 
-    def __enter__(self) -> "ProcessTraceWriter":
+    def __enter__(self) -> ProcessTraceWriter:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -7,13 +7,21 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from da_lab.core.record import RecordError, StepRecord
-from da_lab.trace.format import (PARQUET_KEY, TraceError, _check_header, _check_record,
-                                 _format_of, _oneline, _plural, _pyarrow)
+from da_lab.trace.format import (
+    PARQUET_KEY,
+    TraceError,
+    _check_header,
+    _check_record,
+    _format_of,
+    _oneline,
+    _plural,
+    _pyarrow,
+)
 
 __all__ = ["Trace", "apply_kv_changes", "load"]
 
@@ -208,7 +216,8 @@ def _load_parquet(p: Path, fh) -> Trace:
     try:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise TraceError(f"{p}: header in the Parquet metadata is not JSON ({_oneline(e)})") from None
+        raise TraceError(f"{p}: header in the Parquet metadata is not JSON "
+                         f"({_oneline(e)})") from None
     _check_header(str(p), header, "Parquet header")
     for col in ("step", "record"):
         if col not in names:
@@ -223,7 +232,7 @@ def _load_parquet(p: Path, fh) -> Trace:
         except Exception as e:
             raise TraceError(f"{p}: corrupt row group {g} after {_plural(len(records))} "
                              f"({_oneline(e)})") from None
-        for step, row in zip(steps, rows):
+        for step, row in zip(steps, rows, strict=True):
             i = len(records)
             if not isinstance(row, str):
                 raise TraceError(f"{p}: record {i} is {type(row).__name__}, not a JSON string")

@@ -9,8 +9,17 @@ from pathlib import Path
 
 from da_lab.core.record import StepRecord
 from da_lab.trace import format as fmt
-from da_lab.trace.format import (KIND, PARQUET_KEY, ROW_GROUP_SIZE, TraceError, _check_header,
-                                 _dumps, _format_of, _pyarrow, check_writable)
+from da_lab.trace.format import (
+    KIND,
+    PARQUET_KEY,
+    ROW_GROUP_SIZE,
+    TraceError,
+    _check_header,
+    _dumps,
+    _format_of,
+    _pyarrow,
+    check_writable,
+)
 
 __all__ = ["TraceWriter", "save"]
 
@@ -99,7 +108,7 @@ class TraceWriter:
             finally:
                 self._pq.close()
 
-    def __enter__(self) -> "TraceWriter":
+    def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, *exc) -> None:

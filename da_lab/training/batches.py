@@ -8,7 +8,6 @@ import numpy as np
 from da_lab.training import task as T
 from da_lab.training.masks import segments
 
-
 # Curriculum levels: (chunks, records per chunk). A run starts at the first and moves on when
 # the held-out probe of the level it is at passes (tag >= ADVANCE_TAG, DA answer >= ADVANCE_DA):
 # two candidate keys first, where the copy-by-key circuit gets the strongest signal, then more.
@@ -21,7 +20,7 @@ def levels_for(chunks: int) -> list[tuple[int, int]]:
     return out + [(chunks, T.RECORDS_PER_CHUNK)]
 
 
-def collate(samples: list["T.Sample"], pad_id: int, block_size: int) -> dict:
+def collate(samples: list[T.Sample], pad_id: int, block_size: int) -> dict:
     B = len(samples)
     L = max(len(s.ids) for s in samples)
     nb = -(-L // block_size)
@@ -35,7 +34,7 @@ def collate(samples: list["T.Sample"], pad_id: int, block_size: int) -> dict:
         P = s.prompt.layout.prompt_len
         ids[b, : len(seq)] = seq
         targets[b, P - 1: len(seq) - 1] = [t if w else -100
-                                           for t, w in zip(s.response_ids, s.written)]
+                                           for t, w in zip(s.response_ids, s.written, strict=False)]
         tag_row[b, P - 1: P + s.tag_close] = True
         rs, vis = segments(s.prompt.layout, s.all_tags, len(seq))
         row_seg[b, : len(seq)] = rs
@@ -77,12 +76,15 @@ class Batches:
     """Batches in step order, built `ahead` steps in advance (in worker processes when asked).
 
     `job(step)` is called when a step is queued, so a change of curriculum level reaches the
-    batches queued after it: the same decisions at the same steps give the same batches."""
+    batches queued after it: the same decisions at the same steps give the same batches.
+    `make(job)` builds one batch (a module-level function, so worker processes can run it):
+    this trainer's `make_batch` by default, finetune.py's for the SmolLM2 task."""
 
-    def __init__(self, job, steps: int, workers: int, ahead: int = 16) -> None:
+    def __init__(self, job, steps: int, workers: int, ahead: int = 16, make=None) -> None:
         from collections import deque
 
         self.job, self.steps, self.workers, self.ahead = job, steps, workers, max(1, ahead)
+        self.make = make or make_batch
         self.pool = None
         self.queue: deque = deque()
         self.next = 0
@@ -94,10 +96,10 @@ class Batches:
     def get(self, step: int) -> dict:
         while self.next <= step or (len(self.queue) < self.ahead and self.next < self.steps):
             j = self.job(self.next)
-            self.queue.append(self.pool.apply_async(make_batch, (j,)) if self.pool else j)
+            self.queue.append(self.pool.apply_async(self.make, (j,)) if self.pool else j)
             self.next += 1
         item = self.queue.popleft()
-        return item.get() if self.pool else make_batch(item)
+        return item.get() if self.pool else self.make(item)
 
     def close(self) -> None:
         if self.pool is not None:

@@ -1,7 +1,7 @@
 """`da-lab eval`: does the model write the right tag, and does it answer under its own mask?
 
-Runs held-out prompts of `da_lab.training.task` (a seed disjoint from training) through the real vLLM
-engine with the DA hook: no director, the model writes its own tags. Every prompt runs twice:
+Runs held-out prompts of `da_lab.training.task` (a seed disjoint from training) through the real
+vLLM engine with the DA hook: no director, the model writes its own tags. Every prompt runs twice:
     DA          with its layout: the hook traps the model's tag and hides blocks from then on;
     all blocks  without a layout: the hook changes nothing (the model may still write the tag).
 The second run of a prompt reuses the first one's prompt KV through prefix caching (same
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import sys
 import time
+from datetime import UTC
 from pathlib import Path
 
 from da_lab.training import task as T
@@ -117,7 +118,8 @@ def run_eval(n: int = 500, model: str | Path | None = None, *, seed: int | None 
             part = samples[w: w + wave]
             da_texts, da_rows = _run_wave(lab, part, True, max_tokens, str(w))
             all_texts, _ = _run_wave(lab, part, False, max_tokens, str(w))
-            for i, (s, dt, at, hr) in enumerate(zip(part, da_texts, all_texts, da_rows)):
+            rows_in = zip(part, da_texts, all_texts, da_rows, strict=True)
+            for i, (s, dt, at, hr) in enumerate(rows_in):
                 nc = s.prompt.layout.n_chunks
                 d_tag, d_ans = answer_text(dt, nc)
                 _, a_ans = answer_text(at, nc)
@@ -161,7 +163,7 @@ def document(res: dict, command: str) -> dict:
     """The whole `da-lab eval` document: provenance, the summary (KEYS, by kind) and one row per
     prompt (id, expected tag and answer, the tag written, the answer, whether it is correct,
     the blocks read after the tag; the all-blocks run beside it)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     rows = [{"id": r["id"], "kind": r["kind"], "expected_tag": r["tag"],
              "expected_answer": r["answer"], "tag_written": r["tag_written"],
@@ -171,7 +173,7 @@ def document(res: dict, command: str) -> dict:
              "all_blocks_correct": r["all_ok"]} for r in res["rows"]]
     return {"command": command, "engine": res["engine"], "device": res["device"],
             "model": str(res["model"]),
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "wall_s": res["seconds"], "seed": res["seed"], **{k: res[k] for k in KEYS},
             "by_kind": res["by_kind"], "rows": rows}
 

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from da_lab.training import nl_task as N
+from da_lab.training.batches import Batches
 from da_lab.training.lora import add_lora, lora_parameters, save_delta
 from da_lab.training.train import accuracy, collate, forward, to_device
 
@@ -56,34 +57,6 @@ def make_batch(job: dict) -> dict:
                              n_chunks=job["chunks"], tok=tok)
                for j in range(n)]
     return collate(samples, tok.pad_id, BLOCK)
-
-
-class Prefetch:
-    """Batches in step order, built `ahead` steps in advance in worker processes (or inline
-    with workers=0). (train.Batches is wired to train.make_batch, hence this small twin.)"""
-
-    def __init__(self, job, workers: int, ahead: int = 8) -> None:
-        from collections import deque
-
-        self.job, self.ahead, self.next, self.queue = job, max(1, ahead), 0, deque()
-        self.pool = None
-        if workers > 0:
-            import multiprocessing as mp
-
-            self.pool = mp.get_context("spawn").Pool(workers)
-
-    def get(self, step: int) -> dict:
-        while self.next <= step or len(self.queue) < self.ahead:
-            j = self.job(self.next)
-            self.queue.append(self.pool.apply_async(make_batch, (j,)) if self.pool else j)
-            self.next += 1
-        item = self.queue.popleft()
-        return item.get() if self.pool else make_batch(item)
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.terminate()
-            self.pool = None
 
 
 def load_base(device, folder: Path):
@@ -236,7 +209,7 @@ def run(argv=None):
         return {"seed": args.seed, "step": s, "batch": args.batch, "tok": tok_dir,
                 "batch_tokens": args.batch_tokens, "context": ctx, "chunks": chunks}
 
-    batches = Prefetch(job, workers, ahead=max(8, 2 * workers))
+    batches = Batches(job, args.steps, workers, ahead=max(8, 2 * workers), make=make_batch)
     try:
         res = _train_loop(args, device, model, opt, lora_parameters(wrapped), batches, probe,
                           t_start)

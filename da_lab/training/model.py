@@ -3,8 +3,6 @@ the masked forward with its loss targets, and teacher-forced held-out accuracy."
 
 from __future__ import annotations
 
-import numpy as np
-
 from da_lab.training import task as T
 from da_lab.training.batches import collate
 from da_lab.training.masks import dense_mask
@@ -89,7 +87,7 @@ def forward(model, batch: dict, block_size: int, masked: bool = True):
     return logits, batch["targets"].reshape(-1)[sel], sel
 
 
-def accuracy(model, samples: list["T.Sample"], device, block_size: int, batch: int = 64,
+def accuracy(model, samples: list[T.Sample], device, block_size: int, batch: int = 64,
              autocast: bool = False) -> dict:
     """Held-out accuracy in plain torch, teacher-forced (equal to greedy decoding whenever the
     prefix is right): tag = every tag token is the argmax; DA answer = tag right and every
@@ -124,7 +122,7 @@ def accuracy(model, samples: list["T.Sample"], device, block_size: int, batch: i
             res["tag"] += tag_ok
             res["da"] += da_ok
             res["all"] += all_ok
-            for s, t, d in zip(part, tag_ok, da_ok):
+            for s, t, d in zip(part, tag_ok, da_ok, strict=True):
                 by_kind.setdefault(s.kind, []).append(int(t and d))
     model.train()
     n = max(1, len(res["tag"]))

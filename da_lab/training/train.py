@@ -48,11 +48,23 @@ import time
 from pathlib import Path
 
 from da_lab.training import task as T
-from da_lab.training.batches import (ADVANCE_DA, ADVANCE_TAG, LEVELS, Batches,  # noqa: F401
-                                     collate, levels_for, make_batch)
+from da_lab.training.batches import (  # noqa: F401
+    ADVANCE_DA,
+    ADVANCE_TAG,
+    LEVELS,
+    Batches,
+    collate,
+    levels_for,
+    make_batch,
+)
 from da_lab.training.masks import dense_mask, hook_history, segments  # noqa: F401
-from da_lab.training.model import (accuracy, build_model, forward, to_device,  # noqa: F401
-                                   wire_previous_token_head)
+from da_lab.training.model import (
+    accuracy,
+    build_model,
+    forward,
+    to_device,
+    wire_previous_token_head,
+)
 
 MODEL_NAME = "da-tiny-tags"
 
@@ -69,7 +81,7 @@ SMOKE_ARCH = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 
               "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32}
 
 
-def model_config(tok: "T.Tokens", arch: dict | None = None, dtype: str = "bfloat16") -> dict:
+def model_config(tok: T.Tokens, arch: dict | None = None, dtype: str = "bfloat16") -> dict:
     vocab = tok.tok.get_vocab_size()
     return {
         "architectures": ["LlamaForCausalLM"],
@@ -130,7 +142,8 @@ def save(model, cfg: dict, out: Path, meta: dict) -> Path:
 # ---------------------------------------------------------------------------------------------
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m da_lab.training.train", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m da_lab.training.train",
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=6000)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--lr", type=float, default=1e-3)

@@ -21,8 +21,20 @@ import plotly.graph_objects as go
 from da_lab.core.record import RequestStep, StepRecord
 
 from .highlight import Highlight
-from .rows import (CACHED, FLASH, FREE, HL, MASKED, NONE, OWNERS, RESPONSE, Pusher,
-                   RequestView, kernel_row, phys_row)
+from .rows import (
+    CACHED,
+    FLASH,
+    FREE,
+    HL,
+    MASKED,
+    NONE,
+    OWNERS,
+    RESPONSE,
+    Pusher,
+    RequestView,
+    kernel_row,
+    phys_row,
+)
 from .source import first_request, kv_state, request_in
 
 # ---- geometry (pixels are layout, not data) -------------------------------------------------
@@ -202,7 +214,7 @@ class BlocksDiagram:
         kept = h.kept.tolist()
         kept_set = set(kept)
         built = kernel_row(h)
-        hidden = [l for l in range(total) if l not in kept_set]
+        hidden = [lb for lb in range(total) if lb not in kept_set]
         last_fill = seq_len - (total - 1) * bs
         rng = range(n)
         # (a) logical blocks, the last one filled to seq_len
@@ -230,23 +242,23 @@ class BlocksDiagram:
                           if j < ns else "" for j in rng]}
         # (c) the builder's row: kept blocks compacted to the front, then the hidden ones grey
         order = [(p, kept[j] if j < len(kept) else None, True) for j, p in enumerate(built)]
-        order += [(staged[l], l, False) for l in hidden if l < ns]
+        order += [(staged[lb], lb, False) for lb in hidden if lb < ns]
         order = (order + [(None, None, False)] * n)[:n]
 
-        def region(l):
-            return v.regions[l] if l is not None and l < n else ""
+        def region(lb):
+            return v.regions[lb] if lb is not None and lb < n else ""
 
         upd["kernel"] = {
             "text": [str(p) if p is not None else "" for p, _, _ in order],
-            "marker.color": [(v.colors[l] if l is not None and l < n else RESPONSE) if read
-                             else (MASKED if p is not None else NONE) for p, l, read in order],
-            "textfont.color": [(v.inks[l] if l is not None and l < n else "#111") if read
-                               else "#888" for _, l, read in order],
+            "marker.color": [(v.colors[lb] if lb is not None and lb < n else RESPONSE) if read
+                             else (MASKED if p is not None else NONE) for p, lb, read in order],
+            "textfont.color": [(v.inks[lb] if lb is not None and lb < n else "#111") if read
+                               else "#888" for _, lb, read in order],
             "hovertext": ["" if p is None else
-                          f"built_row[{j}] = physical {p} (logical {l}, {region(l)}): read"
+                          f"built_row[{j}] = physical {p} (logical {lb}, {region(lb)}): read"
                           if read else
-                          f"physical {p} (logical {l}, {region(l)}): hidden, not read"
-                          for j, (p, l, read) in enumerate(order)]}
+                          f"physical {p} (logical {lb}, {region(lb)}): hidden, not read"
+                          for j, (p, lb, read) in enumerate(order)]}
         self._phys.update(logical=[staged[j] if j < min(total, ns) else None for j in rng],
                           staged=[staged[j] if j < ns else None for j in rng],
                           kernel=[p for p, _, _ in order])

@@ -170,7 +170,7 @@ class DAHookDiagram:
              {"xaxis.range": [-0.5, n - 0.5]})
         lay = view.layout
         chunks = f"C1–C{lay.n_chunks}" if lay is not None and lay.n_chunks else "prompt"
-        seen = dict(zip(view.regions, view.colors))
+        seen = dict(zip(view.regions, view.colors, strict=False))
         sw = '<span style="color:{}">■</span>'.format
         chunk_sw = "".join(sw(c) for r, c in seen.items() if r.startswith("C"))
         self.key.value = (

@@ -236,10 +236,11 @@ class MetadataPathDiagram:
                             showlegend=False, name="packet")
         x_lo, x_hi = -BOX_W / 2 - 0.1, self._x(n - 1) + BOX_W / 2 + 0.1
         fig = go.FigureWidget(data=[packet])
+        prov = self.header.get("provenance") or {}
+        runner = str(prov.get("runner", "?")).split(".")[-1]
         fig.update_layout(
             title=dict(text=f"<b>The metadata path</b> — "
-                            f"{(self.header.get('provenance') or {}).get('vllm', '?')}, runner "
-                            f"{str((self.header.get('provenance') or {}).get('runner', '?')).split('.')[-1]}",
+                            f"{prov.get('vllm', '?')}, runner {runner}",
                        x=0.01, y=0.98, font=dict(size=14)),
             shapes=shapes, annotations=notes, width=1250, height=530,
             margin=dict(l=10, r=10, t=110, b=110), plot_bgcolor="white",

@@ -112,7 +112,7 @@ class RequestView:
     inks: list[str]        # text colour on each block's colour
 
     @classmethod
-    def of(cls, records: list, req: str, block_size: int, num_blocks: int) -> "RequestView":
+    def of(cls, records: list, req: str, block_size: int, num_blocks: int) -> RequestView:
         added = added_entry(records, req) or {}
         lay = added.get("layout")
         layout = Layout.from_dict(lay) if isinstance(lay, dict) else None
@@ -124,7 +124,7 @@ class RequestView:
         return cls.sized(req, layout, prompt_len, n, block_size)
 
     @classmethod
-    def sized(cls, req, layout, prompt_len, n, block_size) -> "RequestView":
+    def sized(cls, req, layout, prompt_len, n, block_size) -> RequestView:
         cc = chunk_colors(layout.n_chunks) if layout else []
         regions, colors = [], []
         for j in range(n):
@@ -139,13 +139,13 @@ class RequestView:
 
     @classmethod
     def reuse(cls, view, records: list, req: str, block_size: int, num_blocks: int,
-              n_min: int = 0) -> "RequestView":
+              n_min: int = 0) -> RequestView:
         """Keep `view` while it shows `req` and is wide enough; else size a new one."""
         if view is None or view.req != req:
             view = cls.of(records, req, block_size, num_blocks)
         return view.grown(n_min, block_size) if n_min > view.n_slots else view
 
-    def grown(self, n: int, block_size: int) -> "RequestView":
+    def grown(self, n: int, block_size: int) -> RequestView:
         return self.sized(self.req, self.layout, self.prompt_len, n, block_size)
 
 

@@ -21,10 +21,22 @@ from da_lab.core.record import StepRecord
 
 from .highlight import Highlight
 from .skeleton_answers import html_one_backend, html_variant, skeleton_diff  # noqa: F401
-from .skeleton_view import (GROUP_FILL, IO_FILL, ROLE_ORDER, SECTION_ORDER, SLOT_FILL,
-                            SLOT_LINE, STEP_LINE, LayerGroup, SkeletonView,  # noqa: F401
-                            _order, _plain, _section, attention_backends, slot_hover,
-                            slot_label)
+from .skeleton_view import (
+    GROUP_FILL,
+    IO_FILL,
+    ROLE_ORDER,
+    SECTION_ORDER,
+    SLOT_FILL,
+    SLOT_LINE,
+    STEP_LINE,
+    SkeletonView,
+    _order,
+    _plain,
+    _section,
+    attention_backends,
+    slot_hover,
+    slot_label,
+)
 
 # ---------------------------------------------------------------------------------------------
 # the figure
@@ -109,7 +121,7 @@ class SkeletonDiagram:
                 items = [(r, g.roles[r], slot_hover(g.roles[r], g.layers, r in v.shared))
                          for r in roles]
                 idx, h = row(items, y)
-                for r, i in zip(roles, idx):
+                for r, i in zip(roles, idx, strict=True):
                     if g.roles[r][0].get("slot") == "attention":
                         attn.append(i)
                         if anchor is None or y > anchor[1]:
@@ -194,7 +206,8 @@ class SkeletonDiagram:
         from da_lab.engine.variants import VARIANTS, introspect_variant
 
         run = self.variant_engine or introspect_variant
-        self.status.value = (f"<i>running a real engine… stock vLLM on the {VARIANTS[kind]['title']}"
+        self.status.value = (f"<i>running a real engine… stock vLLM on the "
+                             f"{VARIANTS[kind]['title']}"
                              " in a subprocess (about 20 s; instant next time)</i>")
         try:
             res = run(self.model_path if self.model_path and Path(self.model_path).exists()
@@ -202,8 +215,8 @@ class SkeletonDiagram:
         except Exception as e:   # noqa: BLE001 - shown to the student, not swallowed
             self.status.value = f"<b>could not run the engine:</b> {html.escape(str(e))}"
             raise
-        self.status.value = (f"<i>{'cached result of a real engine run' if res.get('cached') else 'real engine run'}"
-                             f", {res.get('seconds')} s</i>")
+        what = "cached result of a real engine run" if res.get("cached") else "real engine run"
+        self.status.value = f"<i>{what}, {res.get('seconds')} s</i>"
         self.answer.value = html_variant(self.skeleton, res)
         return res
 
@@ -250,7 +263,7 @@ class _Canvas:
         # Widths follow the longest text line of each box, so long class names fit.
         need = [max(12, *(len(_plain(x)) for x in lab.split("<br>"))) for lab in labels]
         x, idx = X0, []
-        for (_, _, hover), lab, nd in zip(items, labels, need):
+        for (_, _, hover), lab, nd in zip(items, labels, need, strict=True):
             w = (X1 - X0) * nd / sum(need)
             idx.append(self.box(x + 0.04, x + w - 0.04, y0, h, lab, hover,
                                 size=10 if len(items) > 2 else 11)[0])

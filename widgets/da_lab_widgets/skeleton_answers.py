@@ -62,11 +62,12 @@ def skeleton_diff(base: dict, other: dict) -> list[tuple[str, str, str]]:
 
 
 def html_variant(base: dict, res: dict) -> str:
-    from da_lab.engine.variants import ENGINE_ARGS   # data only: imports no vLLM
+    from da_lab.engine.variants import ENGINE_ARGS  # data only: imports no vLLM
 
     esc = html.escape
     title = res.get("title") or res.get("kind")
-    changes = ", ".join(f"{k}={json.dumps(v)}" for k, v in (res.get("config_changes") or {}).items())
+    changes = ", ".join(f"{k}={json.dumps(v)}"
+                        for k, v in (res.get("config_changes") or {}).items())
     parts = [f"<p><b>{esc(str(title))}</b>: the embedded model copied with "
              f"{esc(changes) or 'its config unchanged'}, loaded by stock "
              f"{esc(str(res.get('vllm')))} (VLLM_PLUGINS=none: without the DA hook).</p>"]

@@ -63,7 +63,7 @@ class SkeletonView:
     num_layers: int
 
     @classmethod
-    def of(cls, sk: dict) -> "SkeletonView":
+    def of(cls, sk: dict) -> SkeletonView:
         slots = sk.get("slots") or []
         per_layer: dict[int, dict[str, dict]] = {}
         below, above = [], []
@@ -111,7 +111,7 @@ class SkeletonView:
             for g in groups:
                 merged.setdefault(sig(g.layers[0]), LayerGroup([], g.roles)).layers += g.layers
             groups = list(merged.values())
-        diffs = [_describe_difference(a, b) for a, b in zip(groups, groups[1:])]
+        diffs = [_describe_difference(a, b) for a, b in zip(groups, groups[1:], strict=False)]
         return cls(below, groups, above, shared, [d for d in diffs if d], n)
 
 
@@ -122,7 +122,7 @@ def _describe_difference(a: LayerGroup, b: LayerGroup) -> str:
         if sa is None or sb is None:
             out.append(f"{role} only in {'the first' if sb is None else 'the second'}")
             continue
-        for x, y in zip(sa, sb):
+        for x, y in zip(sa, sb, strict=False):
             for k in sorted(set(x) | set(y)):
                 if k != "name" and x.get(k) != y.get(k):
                     out.append(f"{role}.{k} = {json.dumps(x.get(k))} vs {json.dumps(y.get(k))}")

