@@ -94,3 +94,46 @@ def test_a_runner_without_the_known_signature_is_refused():
     del Runner._sample
     with pytest.raises(DAUnsupported, match=r"Runner has no _sample\(\)"):
         v1.check_runner(Runner)
+
+
+# ---- the sampled-token lag is fixed, so tensor-parallel ranks decide alike -------------------
+class _Landed:
+    """A CUDA event stand-in that has landed (query() True): a copy that was fast this time."""
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        pass
+
+
+def _drained_after(lag: int) -> list[list[int]]:
+    """Queue one sampled token per step for request 'a' and record what each drain hands over."""
+    import torch
+
+    from da_lab.hook import metadata
+    from da_lab.hook.state import TRACKER, RequestState
+
+    saved = (TRACKER.requests, TRACKER.pending_outputs, TRACKER.step_index, TRACKER.token_lag)
+    st = RequestState.__new__(RequestState)
+    st.captured = []
+    TRACKER.requests, TRACKER.pending_outputs = {"a": st}, []
+    TRACKER.step_index, TRACKER.token_lag = -1, lag
+    seen = []
+    try:
+        for s in range(4):
+            metadata.drain()                  # what the decision of step s may read
+            seen.append(list(st.captured))
+            TRACKER.begin_step()
+            TRACKER.pending_outputs.append((s, [("a", 0)], torch.tensor([10 + s]), _Landed()))
+    finally:
+        TRACKER.requests, TRACKER.pending_outputs, TRACKER.step_index, TRACKER.token_lag = saved
+    return seen
+
+
+def test_tokens_reach_the_tag_machine_after_a_fixed_lag_even_when_copies_land_early():
+    # Without async scheduling: step s reads every token sampled before it.
+    assert _drained_after(0) == [[], [10], [10, 11], [10, 11, 12]]
+    # With it, one step later — even though every copy here has already landed: a rank whose
+    # copy happens to land sooner must not decide differently from one whose copy is late.
+    assert _drained_after(1) == [[], [], [10], [10, 11]]

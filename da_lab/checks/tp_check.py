@@ -51,7 +51,7 @@ def worker_log(worker=None) -> str:
     # Tokens sampled at the last step reach `captured` when the next step drains them; read
     # them here without draining (the hook's state is left as it is).
     pending: dict[str, list[int]] = {}
-    for rows, host, ev in TRACKER.pending_outputs:
+    for _, rows, host, ev in TRACKER.pending_outputs:
         if ev is not None:
             ev.synchronize()
         toks = host.tolist()

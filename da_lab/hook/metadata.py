@@ -103,7 +103,9 @@ def after_sampling(sampled: torch.Tensor, d: Decision | None) -> None:
     2. the DA rows' tokens start their way to the tag machine. Neither runner keeps them on
        the host in time (v1 under async scheduling has -1 placeholders, V2 keeps them on the
        GPU), so the hook queues its own non-blocking copy and reads it once it has landed
-       (`drain`): with async scheduling, one step later."""
+       (`drain`): with async scheduling, always one step later — a fixed lag, never "whenever
+       the copy has landed", so every tensor-parallel rank decides the same thing at the same
+       step (a race here once gave the two ranks of a TP=2 engine different masks)."""
     if d is None:
         return
     if d.forced:
@@ -114,22 +116,24 @@ def after_sampling(sampled: torch.Tensor, d: Decision | None) -> None:
         sampled[rows, 0] = toks
     if d.sampling:
         if sampled.device.type == "cpu":
-            TRACKER.pending_outputs.append((d.sampling, sampled[:, 0].clone(), None))
+            TRACKER.pending_outputs.append((d.step, d.sampling, sampled[:, 0].clone(), None))
         else:
             host = sampled[:, 0].to("cpu", non_blocking=True)
             ev = torch.cuda.Event()
             ev.record()
-            TRACKER.pending_outputs.append((d.sampling, host, ev))
+            TRACKER.pending_outputs.append((d.step, d.sampling, host, ev))
 
 
 def drain() -> None:
-    """Hand every landed sampled token to its request (in step order)."""
+    """Hand the sampled tokens the coming decision may read to their requests (in step order):
+    those of every step up to `token_lag` steps before it (0 without async scheduling, 1 with
+    it). Waiting on a copy that old costs nothing: its step finished before this one began."""
     pending = TRACKER.pending_outputs
-    while pending:
-        rows, host, ev = pending[0]
-        if ev is not None and not ev.query():    # still in flight: next step
-            return
-        pending.pop(0)
+    newest = TRACKER.step_index - TRACKER.token_lag    # drain runs before begin_step
+    while pending and pending[0][0] <= newest:
+        _, rows, host, ev = pending.pop(0)
+        if ev is not None:
+            ev.synchronize()
         toks = host.tolist()
         for rid, i in rows:
             st = TRACKER.requests.get(rid)

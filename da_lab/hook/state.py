@@ -121,9 +121,12 @@ class Tracker:
         # run as plain requests; here only until the runner drops them. req_id -> da_id
         self.refused: dict[str, str] = {}
         self.model_vocab_size = 0        # the model's (set at engine start): director ids < it
-        # V2 runner: (rows [(req_id, batch row)], AsyncOutput) per step, in order, whose
+        # (step, rows [(req_id, batch row)], host tokens, CUDA event) per step, in order, whose
         # sampled tokens the tag machine has not read yet (their host copy may be in flight).
         self.pending_outputs: list = []
+        # Steps between sampling a token and the decision that reads it beyond the next one:
+        # 1 under async scheduling (the runner's note sets it), else 0. Fixed, so TP ranks agree.
+        self.token_lag = 0
         self.runner_class = ""
         self.v2_installed = False        # register(): the V2 runner's wrappers are in place
         self.device = ""

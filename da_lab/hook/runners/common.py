@@ -49,6 +49,8 @@ def note_runner(runner, attn_groups) -> None:
     TRACKER.tokenizer_path = runner.model_config.tokenizer
     TRACKER.device = runner.device.type
     TRACKER.model_vocab_size = runner.model_config.get_vocab_size()
+    sched = getattr(getattr(runner, "vllm_config", None), "scheduler_config", None)
+    TRACKER.token_lag = 1 if getattr(sched, "async_scheduling", False) else 0
     for groups in attn_groups:
         for g in groups:
             builder = g.get_metadata_builder()
