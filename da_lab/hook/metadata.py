@@ -122,13 +122,16 @@ def after_sampling(sampled: torch.Tensor, d: Decision | None) -> None:
             TRACKER.pending_outputs.append((d.sampling, host, ev))
 
 
-def drain() -> None:
-    """Hand every landed sampled token to its request (in step order)."""
+def drain(wait: bool = False) -> None:
+    """Hand every landed sampled token to its request (in step order); with `wait`, wait for
+    copies still in flight (a server settling requests that have ended)."""
     pending = TRACKER.pending_outputs
     while pending:
         rows, host, ev = pending[0]
         if ev is not None and not ev.query():    # still in flight: next step
-            return
+            if not wait:
+                return
+            ev.synchronize()
         pending.pop(0)
         toks = host.tolist()
         for rid, i in rows:
