@@ -34,7 +34,8 @@ def _plugin_overlay(tmp: Path) -> str | None:
 class Server:
     def __init__(self, tmp: Path, args: list[str], env: dict | None = None) -> None:
         self.log_path = tmp / "server.log"
-        run_env = dict(os.environ, **(env or {}))
+        self.trace = tmp / "server.jsonl.gz"      # DA_LAB_TRACE: the hook's step records
+        run_env = dict(os.environ, DA_LAB_TRACE=str(self.trace), **(env or {}))
         path = [str(ROOT), _plugin_overlay(tmp), run_env.get("PYTHONPATH")]
         run_env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
         self._log = open(self.log_path, "w")      # closed in stop()

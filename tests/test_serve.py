@@ -242,3 +242,29 @@ def test_metrics_follow_the_requests(server, client, lab):
     assert n == moved(before, after, "da_lab:steps_total") == a.stats["steps"] + b.stats["steps"]
     assert moved(before, after, "da_lab:hook_step_seconds_sum") > 0
     assert "vllm:num_requests_running" in httpx.get(server.url + "/metrics").text  # beside
+
+
+def test_the_server_records_a_trace_a_widget_can_follow(server, client, lab):
+    from da_lab_widgets.source import TraceSource
+
+    src = TraceSource(server.trace, follow=True)       # written while the server runs
+    prov = src.header["provenance"]
+    assert prov["source"] == "vllm serve" and prov["block_size"] == 32
+    assert prov["num_blocks"] > 0 and prov["runner"].endswith("CPUModelRunner")
+    n = len(src.records)
+    seed = lab.seed_prompt()
+    r = client.send(seed, tags=[(1, "<focus C4>")], max_tokens=10, ignore_eos=True)
+    deadline = time.monotonic() + 30
+    while not src.ensure(n + r.stats["steps"] - 1) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    mine = [q for rec in src.records[n:] if (q := rec.request(r.request_id)) is not None]
+    assert len(mine) == r.stats["steps"]
+    assert sum(q.blocks_read for q in mine) == r.stats["blocks_read"]
+    assert [q.mode for q in mine][-1] == "focus" and any(q.kept_logical is not None
+                                                         for q in mine)
+    added = [a for rec in src.records[n:] for a in rec.added if a["req"] == r.request_id]
+    assert added and added[0]["layout"] == seed.layout.to_dict()
+    held = {int(b) for rec in src.records[n:] for b, own in rec.kv.get("assign", {}).items()
+            if r.request_id in own}
+    first = next(q for q in mine if q.staged_row is not None)
+    assert set(first.staged_row.tolist()) <= held               # its blocks, as the map says

@@ -61,7 +61,7 @@ class Service:
         TRACKER.disabled = str(err)
 
     # ---- after every model step ----------------------------------------------------------
-    def after_step(self, scheduler_output) -> None:
+    def after_step(self, scheduler_output, runner=None) -> None:
         t = TRACKER
         finished = getattr(scheduler_output, "finished_req_ids", None) or ()
         if not (t.requests or t.steps or self._states or t.refused or t.pending_outputs):
@@ -72,7 +72,7 @@ class Service:
         for log in logs:
             self.counters.add_step(log)
         if self.trace_path and logs:
-            self._trace(logs, scheduler_output)
+            self._trace(logs, runner)
         for rid in ending:
             t.end(t.requests[rid].da_id)
         for rid in [r for r in finished if r in t.refused]:
@@ -87,7 +87,7 @@ class Service:
             self.counters.add_warnings(t.new_warnings(self._warnings_seen))
             self._warnings_seen = t.warnings_total
 
-    def _trace(self, logs, scheduler_output) -> None:
+    def _trace(self, logs, runner) -> None:
         """Rank 0 writes the trace (every rank sees the same requests); opened at the first
         step with DA requests, when the engine's parts are known."""
         if self.trace is None:
@@ -97,7 +97,7 @@ class Service:
                 self.trace_path = None
                 return
             self.trace = ServerTrace(self.trace_path)
-        self.trace.write(logs, scheduler_output)
+        self.trace.write(logs, runner)
 
     @staticmethod
     def settle(st) -> list[dict]:

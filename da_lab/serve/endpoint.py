@@ -30,7 +30,8 @@ import logging
 from da_lab.serve.edge import Edge
 from da_lab.serve.metrics import DACollector, register
 
-log = logging.getLogger("da_lab.serve")
+# Under vLLM's logger, so these lines come out with vLLM's own handlers and format.
+log = logging.getLogger("vllm.da_lab")
 RPC = "da_lab_rpc"
 RPC_TIMEOUT_S = 10.0
 

@@ -104,7 +104,7 @@ def wrap_execute_model(orig):
             ctx.decision, ctx.log = None, None
             metadata.restore_after_forward()
             if SERVICE.on and not ctx.dummy:
-                SERVICE.after_step(args[0] if args else kwargs.get("scheduler_output"))
+                SERVICE.after_step(args[0] if args else kwargs.get("scheduler_output"), self)
     return execute_model
 
 
