@@ -268,3 +268,37 @@ def test_the_server_records_a_trace_a_widget_can_follow(server, client, lab):
             if r.request_id in own}
     first = next(q for q in mine if q.staged_row is not None)
     assert set(first.staged_row.tolist()) <= held               # its blocks, as the map says
+
+
+def test_ask_cli_check_tool_and_bench_extra_body(server, client, tmp_path):
+    import subprocess
+    import sys
+
+    from da_lab.serve.bench import extra_body
+
+    files = []
+    for i, text in enumerate(seed_texts(4)[1], start=1):
+        files.append(tmp_path / f"c{i}.txt")
+        files[-1].write_text(text)
+    out = subprocess.run([sys.executable, "-m", "da_lab.cli", "ask", "--server", server.url,
+                          "--chunks", *map(str, files), "--question", "value of key 21?",
+                          "--tag", "1:<focus C2>", "--max-tokens", "8", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    assert doc["tags"] == ["<focus C2>"] and isinstance(doc["text"], str)
+    assert 0 < doc["stats"]["blocks_read"] < doc["stats"]["blocks_total"]
+    check = subprocess.run([sys.executable, "-m", "da_lab.serve.check", "--server", server.url],
+                           capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stdout + check.stderr[-2000:]
+    assert json.loads(check.stdout)["ranks"] == 1
+    # What `vllm bench serve --extra-body` sends: one body for prompts of slightly different
+    # lengths (no prompt_len in the layout), the director's FOCUS at output 0.
+    body = extra_body(1024, 16, "focus")
+    for n in (1019, 1024, 1030):
+        r = httpx.post(server.url + "/v1/completions", timeout=60, json={
+            "model": client.model, "prompt": [5 + i % 900 for i in range(n)], "max_tokens": 16,
+            "ignore_eos": True, **body, "vllm_xargs": dict(body["vllm_xargs"], da_id=f"b{n}")})
+        assert r.status_code == 200, r.text
+        s = httpx.get(f"{server.url}/da/requests/b{n}").json()
+        assert s["tags"] == ["<focus C2,C7>"] and s["prompt_len"] == n and s["masked_steps"]

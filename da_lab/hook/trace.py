@@ -94,8 +94,7 @@ class ServerTrace:
                 continue
             if r.req not in self._added:
                 self._added.add(r.req)
-                added.append({"req": r.req, "prompt_len": st.prompt_len, "max_tokens": None,
-                              "layout": st.layout.to_dict(), "tags": []})
+                added.append(self._added_entry(st, runner))
             n, c = self._seen.get(r.req, (0, 0))
             r.set_output(list(st.captured[n:st.n_seen]), st.text[c:], False)
             self._seen[r.req] = (st.n_seen, len(st.text))
@@ -108,6 +107,17 @@ class ServerTrace:
         self._t = now
         self.step += 1
         self.writer.write(rec)
+
+    @staticmethod
+    def _added_entry(st, runner) -> dict:
+        """What the Lab writes when it adds a request: prompt length, max_tokens (where the
+        runner keeps SamplingParams: v1), layout, the director's tags as text."""
+        rs = (getattr(runner, "requests", None) or {}).get(st.req_id)
+        sp = getattr(rs, "sampling_params", None)
+        tok = TRACKER._tok()
+        return {"req": st.da_id, "prompt_len": st.prompt_len,
+                "max_tokens": getattr(sp, "max_tokens", None), "layout": st.layout.to_dict(),
+                "tags": [[at, tok.decode(ids)] for at, ids in st.script]}
 
     def _kv(self, runner) -> dict:
         owners: dict[int, list[str]] = {}

@@ -113,8 +113,11 @@ class DAEndpoints:
             return JSONResponse({"ranks": await self.rpc("state")})
 
         @router.get("/da/requests/{da_id}")
-        async def da_request(da_id: str):
-            stats = (await self.rpc("request", da_id))[0]
+        async def da_request(da_id: str, ranks: str = ""):
+            per_rank = await self.rpc("request", da_id)
+            stats = per_rank[0]
+            if ranks == "all":             # every tensor-parallel rank's own account
+                return JSONResponse({"ranks": per_rank})
             if stats is None:
                 return JSONResponse({"error": f"no DA request {da_id!r} on this server (ids "
                                               "are kept for the last 256 finished requests)"},
