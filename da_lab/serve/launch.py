@@ -93,15 +93,13 @@ def port_taken(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def command(args, rest: list[str]) -> list[str]:
-    import torch
-
+def command(args, rest: list[str], cuda: bool) -> list[str]:
     from da_lab.engine.env import engine_version
 
     folder, extra = model_folder(args.model)
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", folder,
             "--host", args.host, "--port", str(args.port), *extra,
-            *defaults(rest, torch.cuda.is_available(), engine_version()), *rest]
+            *defaults(rest, cuda, engine_version()), *rest]
 
 
 def wait_ready(url: str, proc: subprocess.Popen, timeout: float = READY_TIMEOUT_S) -> bool:
@@ -126,14 +124,20 @@ def cmd_serve(args, rest: list[str]) -> int:
         print(f"da-lab: {args.host}:{args.port} is taken; pick another --port (0: any free "
               "one)", file=sys.stderr)
         return 2
+    import torch
+
+    cuda = torch.cuda.is_available()
     try:
-        cmd = command(args, rest)
+        cmd = command(args, rest, cuda)
     except (ValueError, FileNotFoundError) as e:
         print(f"da-lab: {e}", file=sys.stderr)
         return 2
     url = f"http://{args.host}:{args.port}"
+    env = server_env()
+    if cuda:     # tensor-parallel workers must not fork a process that touched CUDA (DESIGN §8)
+        env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     print(f"da-lab: starting vLLM with the DA plugins: {' '.join(cmd[1:])}", file=sys.stderr)
-    proc = subprocess.Popen(cmd, env=server_env())
+    proc = subprocess.Popen(cmd, env=env)
     # Ctrl-C / SIGTERM reach vLLM, which stops its engine processes; we then wait for it.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda s, _f: proc.send_signal(s))
