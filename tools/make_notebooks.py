@@ -276,15 +276,9 @@ print(f"mode {r.mode}, blocks read {r.blocks_read} of {r.blocks_total}")'''),
         CLOSE])
 
 
-def nb_server() -> None:
-    notebook("07_server.ipynb", [
-        md("# 7 · DA inside `vllm serve`\n\nThe same hook, in vLLM's OpenAI server: "
-           "`da-lab serve` starts it with da_lab's plugins, a client sends DA prompts over HTTP "
-           "(the layout travels in `vllm_xargs`), and the server records the hook's steps to a "
-           "trace that the diagrams follow while it grows."),
-        code('''# Start `da-lab serve` in the background (the embedded model that writes its own
-# tags; ~20-60 s on 2 CPU cores): three processes, the API server, the engine core and the
-# worker where the hook runs. DA_LAB_TRACE: the worker records its steps there.
+SERVER_START = code('''# Start `da-lab serve` in the background (the embedded model that writes
+# its own tags; ~20-60 s on 2 CPU cores): three processes, the API server, the engine core and
+# the worker where the hook runs. DA_LAB_TRACE: the worker records its steps there.
 import atexit, os, re, signal, subprocess, sys, tempfile, time
 from pathlib import Path
 
@@ -305,7 +299,16 @@ for _ in range(600):
     if server.poll() is not None:
         raise RuntimeError(LOG.read_text()[-3000:])
     time.sleep(1)
-print("server at", url)'''),
+print("server at", url)''')
+
+
+def nb_server() -> None:
+    notebook("07_server.ipynb", [
+        md("# 7 · DA inside `vllm serve`\n\nThe same hook, in vLLM's OpenAI server: "
+           "`da-lab serve` starts it with da_lab's plugins, a client sends DA prompts over HTTP "
+           "(the layout travels in `vllm_xargs`), and the server records the hook's steps to a "
+           "trace that the diagrams follow while it grows."),
+        SERVER_START,
         md("Three held-out questions of the tiny model's task, sent at once. The client builds "
            "each DA prompt with the server's tokenizer (chunks padded to whole blocks), sends "
            "the token ids and the layout, streams the reply, then asks the server for the "
