@@ -31,7 +31,10 @@ TRACE_ENV = "DA_LAB_TRACE"
 
 
 def serving_env() -> bool:
-    return os.environ.get(SERVE_ENV, "") == "1"
+    """DA_LAB_SERVE=1, in an engine whose core runs in its own process (every API server's
+    does); an in-process engine is a Lab's, which reads the tracker itself."""
+    return os.environ.get(SERVE_ENV, "") == "1" and \
+        os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0"
 
 
 class Service:
