@@ -207,6 +207,44 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    from da_lab.serve.launch import cmd_serve as serve
+
+    return serve(args, args.rest)
+
+
+def cmd_ask(args) -> int:
+    from da_lab.client import cmd_ask as ask
+
+    return ask(args)
+
+
+def _add_serving(sub) -> None:
+    """`serve` (vLLM's OpenAI server with the DA plugins) and `ask` (the client)."""
+    s = sub.add_parser("serve", allow_abbrev=False,
+                       help="start vLLM's OpenAI server with the DA plugins; other options go "
+                            "to vLLM (`vllm serve --help`)")
+    s.add_argument("--model", help="embedded model name (default: the lab's default model), "
+                                   "llama-8b-dummy, or a local model folder")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000, help="0: any free port")
+    s.set_defaults(fn=cmd_serve)
+    a = sub.add_parser("ask", help="send chunks + a question to a DA server; print the reply")
+    a.add_argument("--server", required=True, help="the server's URL, e.g. http://127.0.0.1:8000")
+    a.add_argument("--chunks", nargs="+", required=True, metavar="FILE",
+                   help="one text file per chunk, in order (C1, C2, ...)")
+    a.add_argument("--question", required=True)
+    a.add_argument("--json", action="store_true",
+                   help='one JSON document: {"text", "tags", "stats", ...}')
+    a.add_argument("--max-tokens", type=int, default=64)
+    a.add_argument("--system", help="system prompt / scaffold head (default: the one the lab's "
+                                     "models were trained with)")
+    a.add_argument("--tag", action="append", default=[], metavar="AT:TAG",
+                   help="the director writes TAG at output index AT (repeatable)")
+    a.add_argument("--model", help="served model name (default: the server's first)")
+    a.set_defaults(fn=cmd_ask)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="da-lab", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -253,7 +291,11 @@ def main(argv: list[str] | None = None) -> int:
                                                       "summary, per-prompt rows) on stdout")
     ev.add_argument("--out", metavar="FILE", help="also write that document to FILE")
     ev.set_defaults(fn=cmd_eval, argv=argv)
-    args = ap.parse_args(argv)
+    _add_serving(sub)
+    args, rest = ap.parse_known_args(argv)
+    if rest and args.cmd != "serve":       # `serve` hands the rest to vLLM
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.rest = rest
     try:
         return args.fn(args)
     except BrokenPipeError:

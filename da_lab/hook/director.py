@@ -17,13 +17,24 @@ the model's stream.
 
 from __future__ import annotations
 
+import json
 
-def normalize(script) -> list[tuple[int, list[int]]]:
-    """[(at, ids)] from extra_args' JSON-ish [[at, [ids]], ...]; bad entries are dropped."""
+
+def normalize(script, tokenizer=None) -> list[tuple[int, list[int]]]:
+    """[(at, ids)] from extra_args' JSON-ish [[at, [ids]], ...] or the wire's JSON string,
+    whose tags may be text (encoded by `tokenizer()`, which returns a `tokenizers.Tokenizer`);
+    bad entries are dropped (the server's edge refuses them before they get here)."""
+    if isinstance(script, str):
+        try:
+            script = json.loads(script)
+        except ValueError:
+            return []
     out = []
     for entry in script or ():
         try:
             at, ids = entry
+            if isinstance(ids, str) and tokenizer is not None:
+                ids = tokenizer().encode(ids, add_special_tokens=False).ids
             out.append((int(at), [int(t) for t in ids]))
         except (TypeError, ValueError):
             continue

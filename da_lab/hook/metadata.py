@@ -124,13 +124,14 @@ def after_sampling(sampled: torch.Tensor, d: Decision | None) -> None:
             TRACKER.pending_outputs.append((d.step, d.sampling, host, ev))
 
 
-def drain() -> None:
+def drain(wait: bool = False) -> None:
     """Hand the sampled tokens the coming decision may read to their requests (in step order):
     those of every step up to `token_lag` steps before it (0 without async scheduling, 1 with
-    it). Waiting on a copy that old costs nothing: its step finished before this one began."""
+    it). Waiting on a copy that old costs nothing: its step finished before this one began.
+    With `wait`, every queued token (a server settling requests that have ended)."""
     pending = TRACKER.pending_outputs
     newest = TRACKER.step_index - TRACKER.token_lag    # drain runs before begin_step
-    while pending and pending[0][0] <= newest:
+    while pending and (wait or pending[0][0] <= newest):
         _, rows, host, ev = pending.pop(0)
         if ev is not None:
             ev.synchronize()

@@ -16,12 +16,10 @@ from da_lab.core.layout import Layout
 from da_lab.core.mask import kept_blocks
 from da_lab.core.record import RequestStep
 from da_lab.core.tags import Event, TagStream
+from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT, parse_layout
 from da_lab.hook import director
 from da_lab.hook.context import HookStep
-
-EXTRA_LAYOUT = "da_layout"      # SamplingParams.extra_args key: Layout.to_dict()
-EXTRA_DIRECTOR = "da_director"  # [[output_index, [token ids]], ...]
-EXTRA_ID = "da_id"              # the caller's request id (the worker sees an internal one)
+from da_lab.hook.errors import DAUnsupported
 
 
 @dataclass
@@ -121,6 +119,7 @@ class Tracker:
         # run as plain requests; here only until the runner drops them. req_id -> da_id
         self.refused: dict[str, str] = {}
         self.model_vocab_size = 0        # the model's (set at engine start): director ids < it
+        self.disabled: str | None = None  # why DA is off in this engine (a refused model)
         # (step, rows [(req_id, batch row)], host tokens, CUDA event) per step, in order, whose
         # sampled tokens the tag machine has not read yet (their host copy may be in flight).
         self.pending_outputs: list = []
@@ -199,11 +198,10 @@ class Tracker:
     def _new_state(self, req_id: str, extra_args: dict, prompt_len: int | None) -> RequestState:
         from tokenizers.decoders import DecodeStream
 
-        layout = Layout.from_dict(extra_args[EXTRA_LAYOUT])
-        if prompt_len is not None and prompt_len != layout.prompt_len:
-            raise ValueError(f"layout prompt_len {layout.prompt_len} != the prompt's "
-                             f"{prompt_len} tokens")
-        script = director.normalize(extra_args.get(EXTRA_DIRECTOR))
+        if self.disabled:       # serving a model the hook refused (see hook/service.py)
+            raise DAUnsupported(self.disabled)
+        layout = parse_layout(extra_args[EXTRA_LAYOUT], prompt_len)
+        script = director.normalize(extra_args.get(EXTRA_DIRECTOR), self._tok)
         director.check(script, self.model_vocab_size)
         return RequestState(req_id, str(extra_args.get(EXTRA_ID, req_id)), layout,
                             TagStream(n_chunks=layout.n_chunks),

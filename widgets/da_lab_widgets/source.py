@@ -15,16 +15,36 @@ from da_lab.trace import Trace, apply_kv_changes, load
 
 
 class TraceSource:
-    """A recorded run: every record is already there, nothing ever runs."""
+    """A recorded run: every record is already there, nothing ever runs. With `follow=True`
+    the trace is still being written (a server started with DA_LAB_TRACE): asking for a record
+    past the end re-reads the file for the records appended since (trace/tail.py)."""
 
-    live = False
+    def __init__(self, trace: Trace | str | Path, *, follow: bool = False) -> None:
+        self.live = follow
+        self._tail = None
+        if follow:
+            from da_lab.trace.tail import TraceTail
 
-    def __init__(self, trace: Trace | str | Path) -> None:
+            self._tail = TraceTail(trace)
+            self.records: list[StepRecord] = self._tail.read()
+            if self._tail.header is None:
+                raise ValueError(f"{trace}: no trace header yet (the server writes the file "
+                                 "at its first DA step)")
+            self.header = self._tail.header
+            return
         self.trace = trace if isinstance(trace, Trace) else load(trace)
         self.header = self.trace.header
         self.records = self.trace.records
 
+    def refresh(self) -> int:
+        """Read what was appended (follow mode); returns the number of new records."""
+        new = self._tail.read() if self._tail is not None else []
+        self.records.extend(new)
+        return len(new)
+
     def ensure(self, i: int) -> bool:
+        if i >= len(self.records):
+            self.refresh()
         return 0 <= i < len(self.records)
 
     def __len__(self) -> int:

@@ -7,6 +7,7 @@ import functools
 
 from da_lab.hook import context, metadata
 from da_lab.hook.errors import DAUnsupported
+from da_lab.hook.service import SERVICE
 from da_lab.hook.state import TRACKER
 
 __all__ = ["DAUnsupported", "check_specs", "check_groups", "note_runner", "patch_methods",
@@ -72,7 +73,10 @@ def wrap_get_kv_cache_spec(orig):
     @functools.wraps(orig)
     def get_kv_cache_spec(self, *args, **kwargs):
         specs = orig(self, *args, **kwargs)
-        check_specs(self.vllm_config, specs)
+        try:
+            check_specs(self.vllm_config, specs)
+        except DAUnsupported as e:
+            SERVICE.refuse_or_raise(e)      # a server starts anyway, with DA off
         return specs
     return get_kv_cache_spec
 
@@ -80,7 +84,10 @@ def wrap_get_kv_cache_spec(orig):
 def wrap_initialize_kv_cache(orig):
     @functools.wraps(orig)
     def initialize_kv_cache(self, kv_cache_config, *args, **kwargs):
-        check_groups(self.vllm_config, kv_cache_config)
+        try:
+            check_groups(self.vllm_config, kv_cache_config)
+        except DAUnsupported as e:
+            SERVICE.refuse_or_raise(e)
         out = orig(self, kv_cache_config, *args, **kwargs)
         note_runner(self, self.attn_groups)
         return out
@@ -88,7 +95,8 @@ def wrap_initialize_kv_cache(orig):
 
 
 def wrap_execute_model(orig):
-    """The step's decision ends with its forward; the runner's seq_lens are put back."""
+    """The step's decision ends with its forward; the runner's seq_lens are put back. In a
+    server the hook then looks after its own records (service.py)."""
     @functools.wraps(orig)
     def execute_model(self, *args, **kwargs):
         try:
@@ -97,6 +105,8 @@ def wrap_execute_model(orig):
             ctx = context.current()
             ctx.decision, ctx.log = None, None
             metadata.restore_after_forward()
+            if SERVICE.on and not ctx.dummy:
+                SERVICE.after_step(args[0] if args else kwargs.get("scheduler_output"), self)
     return execute_model
 
 

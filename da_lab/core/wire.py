@@ -1,0 +1,128 @@
+"""The flat wire form of a DA request: what travels in an OpenAI request's `vllm_xargs`.
+
+vLLM's OpenAI server copies `vllm_xargs` into `SamplingParams.extra_args`, but its values may
+only be str / int / float or flat lists of them, so the nested parts travel as JSON strings:
+
+    "da_layout":   '{"block_size":32,"head_blocks":1,"chunk_blocks":[2,2,2],"prompt_len":230}'
+                   (Layout.to_dict(); "prompt_len" may be left out: the prompt's own length)
+    "da_director": '[[4, "<focus C2,C3>"], [16, "<global>"]]'
+                   (output index -> tag text, or -> token ids; tags the director writes)
+    "da_id":       the caller's name for the request (its DA stats are looked up by it)
+
+Pure: no vLLM. The server's edge (da_lab/serve/edge.py) checks these with `parse_layout` and
+`parse_director` and turns them into the engine's form (a layout dict, [[at, [ids]]]) before the
+request reaches the engine; the hook reads either form.
+"""
+
+from __future__ import annotations
+
+import json
+
+from da_lab.core.layout import Layout
+from da_lab.core.tags import Directive, parse_tag
+
+EXTRA_LAYOUT = "da_layout"      # SamplingParams.extra_args key: the Layout
+EXTRA_DIRECTOR = "da_director"  # [[output_index, [token ids]], ...] (wire: tag text allowed)
+EXTRA_ID = "da_id"              # the caller's request id (the worker sees an internal one)
+_LAYOUT_KEYS = {"block_size", "head_blocks", "chunk_blocks", "prompt_len"}
+
+
+def layout_to_wire(layout: Layout, *, with_prompt_len: bool = True) -> str:
+    d = layout.to_dict()
+    if not with_prompt_len:
+        del d["prompt_len"]
+    return json.dumps(d, separators=(",", ":"))
+
+
+def _json(value, what: str):
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError as e:
+        raise ValueError(f"{what} is not valid JSON ({e.msg} at character {e.pos})") from None
+
+
+def _int(d: dict, key: str, what: str) -> int:
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{what}.{key} must be a whole number, not {v!r}")
+    return v
+
+
+def parse_layout(value, prompt_len: int | None = None, *,
+                 block_size: int | None = None) -> Layout:
+    """The Layout of `value` (a wire JSON string or Layout.to_dict()), checked against the
+    request's prompt length and the engine's block size where they are known. A layout without
+    "prompt_len" takes `prompt_len`. Raises ValueError naming what is wrong."""
+    what = EXTRA_LAYOUT
+    d = _json(value, what)
+    if not isinstance(d, dict):
+        raise ValueError(f"{what} must be a JSON object such as {{\"block_size\": 32, "
+                         f"\"head_blocks\": 1, \"chunk_blocks\": [2, 2]}}, not {d!r}")
+    unknown = sorted(set(d) - _LAYOUT_KEYS)
+    missing = sorted(_LAYOUT_KEYS - set(d) - {"prompt_len"})
+    if unknown or missing:
+        raise ValueError(f"{what}: " + "; ".join(
+            ([f"unknown field(s) {', '.join(unknown)}"] if unknown else [])
+            + ([f"missing field(s) {', '.join(missing)}"] if missing else []))
+            + f" (fields: {', '.join(sorted(_LAYOUT_KEYS))}; prompt_len is optional)")
+    bs, head = _int(d, "block_size", what), _int(d, "head_blocks", what)
+    chunks = d["chunk_blocks"]
+    if not isinstance(chunks, list) or not chunks:
+        raise ValueError(f"{what}.chunk_blocks must be a non-empty list of block counts, "
+                         f"not {chunks!r}")
+    sizes = [_int({"chunk_blocks": c}, "chunk_blocks", what) for c in chunks]
+    if block_size is not None and bs != block_size:
+        raise ValueError(f"{what}.block_size is {bs} but the engine's KV blocks hold "
+                         f"{block_size} tokens: build the prompt for block size {block_size}")
+    n = _int(d, "prompt_len", what) if "prompt_len" in d else prompt_len
+    if n is None:
+        raise ValueError(f"{what} has no prompt_len and the prompt's length is not known here")
+    if prompt_len is not None and n != prompt_len:
+        raise ValueError(f"{what}.prompt_len is {n} but the prompt has {prompt_len} tokens")
+    if head < 1 or bs < 1 or min(sizes) < 1:
+        raise ValueError(f"{what}: block_size, head_blocks and every chunk's block count must "
+                         f"be at least 1 (got {bs}, {head}, {sizes})")
+    end = (head + sum(sizes)) * bs
+    if end >= n:
+        raise ValueError(f"{what}: the chunks end at token {end} (head {head} + chunks "
+                         f"{sum(sizes)} blocks of {bs}), but the prompt has only {n} tokens: "
+                         "a chunk lies outside the prompt, or no question (scaffold tail) "
+                         "follows the last chunk")
+    return Layout(bs, head, tuple(sizes), n)
+
+
+def director_to_wire(tags) -> str:
+    """[(output index, tag text or token ids)] -> the wire's JSON string."""
+    return json.dumps([[int(at), t if isinstance(t, str) else [int(x) for x in t]]
+                       for at, t in tags], separators=(",", ":"))
+
+
+def parse_director(value, n_chunks: int) -> list[tuple[int, str | list[int]]]:
+    """[(output index, tag text or token ids)] from the wire, sorted; tag texts must parse as
+    DA tags naming only the layout's chunks. Raises ValueError naming the bad entry."""
+    what = EXTRA_DIRECTOR
+    script = _json(value, what)
+    if not isinstance(script, list):
+        raise ValueError(f"{what} must be a JSON list of [output_index, tag] pairs, "
+                         f"e.g. [[0, \"<focus C2>\"]], not {script!r}")
+    out = []
+    for k, entry in enumerate(script):
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int)
+                and not isinstance(entry[0], bool)):
+            raise ValueError(f"{what}[{k}] must be [output_index, tag], not {entry!r}")
+        at, tag = entry
+        if at < 0:
+            raise ValueError(f"{what}[{k}]: output index {at} is negative")
+        if isinstance(tag, str):
+            d = parse_tag(tag, n_chunks)
+            if not isinstance(d, Directive):
+                raise ValueError(f"{what}[{k}]: {tag!r} is not a DA tag the layout allows: "
+                                 f"{d.detail}")
+        elif not (isinstance(tag, list) and tag and all(
+                isinstance(t, int) and not isinstance(t, bool) for t in tag)):
+            raise ValueError(f"{what}[{k}]: the tag must be its text or a non-empty list of "
+                             f"token ids, not {tag!r}")
+        out.append((at, tag))
+    return sorted(out, key=lambda e: e[0])

@@ -1,0 +1,127 @@
+"""The server's edge: a DA request is checked before it reaches the engine.
+
+Where: the API server's `engine_client.generate(prompt, sampling_params, request_id, ...)`,
+wrapped by the endpoint plugin (endpoint.py). Every OpenAI route (completions, chat
+completions, responses) calls it with the rendered token ids and the SamplingParams whose
+`extra_args` hold the request's `vllm_xargs`, and calls it *synchronously*, before a streamed
+response has started: an error raised here is a ValueError out of the route, which vLLM maps to
+HTTP 400 with the message (0.26 and 0.32 alike). Inside the engine it would be too late: a bad
+DA request would run unmasked, or, once streaming, end as an error chunk after a 200.
+
+What it does: checks the layout against the prompt (chunks inside it, a question after them,
+the engine's block size) and the director's tags against the layout and the vocabulary, refuses
+DA on a model the hook refused, then rewrites the wire form into the engine's (a layout dict
+with prompt_len, [[at, [ids]]], a da_id). Requests without DA keys pass untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT, parse_director, parse_layout
+
+
+class EdgeError(ValueError):
+    """A DA request the server refuses (HTTP 400); `reason` labels the rejections metric."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def prompt_token_ids(prompt) -> list[int] | None:
+    """The token ids vLLM's renderer made of the request (a TokensInput dict in 0.26/0.32)."""
+    ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else getattr(
+        prompt, "prompt_token_ids", None)
+    return list(ids) if ids is not None else None
+
+
+class Edge:
+    def __init__(self, *, block_size: int, vocab_size: int, disabled: str | None,
+                 tokenizer) -> None:
+        self.block_size = block_size
+        self.vocab_size = vocab_size
+        self.disabled = disabled
+        self.tokenizer = tokenizer      # the server's own (engine_client.get_tokenizer())
+        self.rejected: dict[str, int] = {}     # reason -> count, for /metrics
+
+    # ---- wiring ----------------------------------------------------------------------------
+    def install(self, engine_client) -> None:
+        """Check every request `engine_client.generate` receives (once per client)."""
+        orig = engine_client.generate
+        if getattr(orig, "_da_edge", False):
+            return
+
+        @functools.wraps(orig)
+        def generate(*args, **kwargs):
+            prompt = args[0] if args else kwargs.get("prompt")
+            params = args[1] if len(args) > 1 else kwargs.get("sampling_params")
+            rid = args[2] if len(args) > 2 else kwargs.get("request_id")
+            self.check(prompt, params, rid)
+            return orig(*args, **kwargs)
+
+        generate._da_edge = True
+        engine_client.generate = generate
+
+    # ---- the check ------------------------------------------------------------------------
+    def check(self, prompt, params, request_id) -> None:
+        ex = getattr(params, "extra_args", None)
+        if not ex or (EXTRA_LAYOUT not in ex and EXTRA_DIRECTOR not in ex):
+            return
+        try:
+            self._check(ex, prompt, params, request_id)
+        except EdgeError as e:
+            self.rejected[e.reason] = self.rejected.get(e.reason, 0) + 1
+            raise
+
+    def _check(self, ex: dict, prompt, params, request_id) -> None:
+        if EXTRA_LAYOUT not in ex:
+            raise EdgeError("director", f"vllm_xargs.{EXTRA_DIRECTOR} needs a "
+                                        f"vllm_xargs.{EXTRA_LAYOUT} (the chunks it names)")
+        if self.disabled:
+            raise EdgeError("disabled", f"DA is off on this server, so a request with "
+                                        f"{EXTRA_LAYOUT} can't be served: {self.disabled}")
+        ids = prompt_token_ids(prompt)
+        if ids is None:
+            raise EdgeError("prompt", "a DA request needs a prompt the server turns into token "
+                                      "ids (text, chat messages or token ids)")
+        if (getattr(params, "n", 1) or 1) > 1:
+            raise EdgeError("prompt", "a DA request generates one sequence (n=1): its layout "
+                                      "and stats belong to one request")
+        try:
+            layout = parse_layout(ex[EXTRA_LAYOUT], len(ids), block_size=self.block_size)
+        except ValueError as e:
+            raise EdgeError("layout", str(e)) from None
+        script = []
+        if EXTRA_DIRECTOR in ex:
+            try:
+                script = self._director(ex[EXTRA_DIRECTOR], layout.n_chunks,
+                                        getattr(params, "max_tokens", None))
+            except ValueError as e:
+                raise EdgeError("director", str(e)) from None
+        # The engine's form: the hook reads the layout dict (with the prompt's length),
+        # director token ids, and the id the stats are kept under.
+        ex[EXTRA_LAYOUT] = layout.to_dict()
+        if EXTRA_DIRECTOR in ex:
+            ex[EXTRA_DIRECTOR] = [[at, t] for at, t in script]
+        ex[EXTRA_ID] = str(ex.get(EXTRA_ID) or request_id)
+
+    def _director(self, value, n_chunks: int, max_tokens) -> list[tuple[int, list[int]]]:
+        from da_lab.engine.validate import check_tags
+
+        script = [(at, self._encode(t) if isinstance(t, str) else t)
+                  for at, t in parse_director(value, n_chunks)]
+        for at, t in script:
+            bad = [x for x in t if x < 0 or (self.vocab_size and x >= self.vocab_size)]
+            if bad:
+                raise ValueError(f"{EXTRA_DIRECTOR}: token id {bad[0]} at output {at} is "
+                                 f"outside the model's vocabulary (0..{self.vocab_size - 1})")
+        if max_tokens:
+            check_tags(script, int(max_tokens))
+        return script
+
+    def _encode(self, text: str) -> list[int]:
+        if self.tokenizer is None:
+            raise ValueError(f"{EXTRA_DIRECTOR}: this server has no tokenizer to encode tag "
+                             "text with; send the tag's token ids")
+        return list(self.tokenizer.encode(text, add_special_tokens=False))

