@@ -242,7 +242,7 @@ def test_eval_cli_json_through_the_engine(smoke_checkpoint, tmp_path):
                                   "runner", "date", "wall_s", "seed", "by_kind", "rows",
                                   "ablation_n", "wrong_tag_chance", "task", "answer_rule",
                                   "generator", "wave", "max_tokens", "ablations", "phases_s",
-                                  "base"}
+                                  "host", "base"}
     assert json.loads(f.read_text()) == doc
     assert doc["n"] == 8 and len(doc["rows"]) == 8
     # Not asked for (no --ablations) or not defined (no base model for this task): None.

@@ -276,9 +276,15 @@ print(f"mode {r.mode}, blocks read {r.blocks_read} of {r.blocks_total}")'''),
         CLOSE])
 
 
+def nb_real_model() -> None:
+    from notebook06 import cells  # tools/notebook06.py: SmolLM2-DA live, eval, ablation
+
+    notebook("06_real_model.ipynb", cells(CLOSE))
+
+
 def main() -> None:
     for write in (nb_tour, nb_skeleton, nb_blocks, nb_metadata_path, nb_da_hook,
-                  nb_model_writes_tags):
+                  nb_model_writes_tags, nb_real_model):
         write()
 
 

@@ -28,6 +28,7 @@ answer counts as right: eval_tasks.py. `document()` is what `--json` / `--out` w
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from datetime import UTC
@@ -137,6 +138,7 @@ def run_eval(n: int = 500, model=None, *, task: str = "auto", seed: int | None =
     from da_lab.engine.models import model_path
 
     t0 = time.perf_counter()
+    load0 = os.getloadavg()[0]
     if n < 1:
         raise ValueError(f"--n must be at least 1, not {n}")
     tk = E.task_for(task, model if lab is None else lab.model)
@@ -174,7 +176,10 @@ def run_eval(n: int = 500, model=None, *, task: str = "auto", seed: int | None =
                wave=wave, max_tokens=max_tokens, ablations=ablations, phases_s=phases,
                base=None if base_doc is None else {k: v for k, v in base_doc.items()
                                                     if k != "texts"},
-               seconds=round(time.perf_counter() - t0, 1), **ran_on)
+               seconds=round(time.perf_counter() - t0, 1), **ran_on,
+               # CPU timings depend on what else runs: the 1-minute load, start and end.
+               host={"cpus": len(os.sched_getaffinity(0)),
+                     "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)]})
     return res
 
 
@@ -242,7 +247,7 @@ def document(res: dict, command: str) -> dict:
 
     prov = ("engine", "device", "model", "model_folder", "runner")
     extra = ("ablation_n", "wrong_tag_chance", "task", "answer_rule", "seed", "generator",
-             "wave", "max_tokens", "ablations", "phases_s", "base", "by_kind")
+             "wave", "max_tokens", "ablations", "phases_s", "host", "base", "by_kind")
     return {"command": command, **{k: res[k] for k in prov},
             "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "wall_s": res["seconds"], **{k: res[k] for k in KEYS},
