@@ -215,7 +215,8 @@ def cmd_eval(args) -> int:
     try:
         res = run_eval(args.n, args.model, task=args.task, seed=args.seed, wave=args.wave,
                        max_tokens=args.max_tokens, ablations=args.ablations,
-                       base=not args.no_base, gen=gen, progress=not args.json)
+                       base=not args.no_base, gen=gen, async_scheduling=args.async_scheduling,
+                       progress=not args.json)
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         print(f"da-lab: {e}", file=sys.stderr)
         return 2
@@ -247,6 +248,9 @@ def _eval_parser(sub, argv) -> None:
                     help="nl task: skip the base model's plain-prompt run (its own engine)")
     ev.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                     help="refuse to run unless the engine runs there (default: auto)")
+    ev.add_argument("--async-scheduling", action="store_true",
+                    help="GPU: let vLLM schedule a step ahead (a tag then takes effect one step "
+                         "later: the first token after it still reads every block)")
     ev.add_argument("--wave", type=int, default=None,
                     help="prompts in flight at once (default 64 on CUDA, 8 on the CPU)")
     ev.add_argument("--max-tokens", type=int, default=None,

@@ -58,6 +58,8 @@ def test_document_has_every_key_and_one_row_per_prompt(run):
     assert doc["model"] == "smollm2-da" and doc["task"] == "nl"
     assert doc["wall_s"] > 0 and doc["date"].endswith("Z")
     assert doc["base"]["model"] == "smollm2" and doc["base"]["device"] == "cpu"
+    # a tag takes effect at the very next step in both engines (no async scheduling)
+    assert doc["async_scheduling"] is False and doc["base"]["async_scheduling"] is False
     assert doc["n"] == N_PROMPTS and len(doc["rows"]) == N_PROMPTS
     for k in KEYS[1:]:
         assert 0.0 <= doc[k] <= 1.0, k          # every one measured: none is None here

@@ -45,24 +45,27 @@ def parse_range(text: str | None, what: str) -> tuple[int, int] | None:
 
 
 def base_texts(n: int, seed: int, gen: dict, wave: int, max_tokens: int,
-               model: str = "smollm2", timeout: float = 7200) -> dict:
+               model: str = "smollm2", timeout: float = 7200,
+               async_scheduling: bool = False) -> dict:
     """Run the child; its document: {"texts": [...], "engine", "device", "model", "wall_s"}."""
     from da_lab.engine.child import run_json
 
     argv = ["-m", "da_lab.training.eval_base", "--n", str(n), "--seed", str(seed),
             "--wave", str(wave), "--max-tokens", str(max_tokens), "--model", model,
-            *gen_args(gen)]
+            *gen_args(gen), *(["--async-scheduling"] if async_scheduling else [])]
     return run_json(argv, timeout=timeout, what="the base model's all-blocks run")
 
 
-def run(n: int, seed: int, gen: dict, wave: int, max_tokens: int, model: str) -> dict:
+def run(n: int, seed: int, gen: dict, wave: int, max_tokens: int, model: str,
+        async_scheduling: bool = False) -> dict:
     from da_lab.engine.models import model_path
     from da_lab.training import nl_task as N
-    from da_lab.training.eval_engine import Run, run_batch, start_lab
+    from da_lab.training.eval_engine import Run, run_batch, scheduling, start_lab
 
     t0 = time.perf_counter()
     prompts = [N.plain_prompt(s) for s in N.held_out(n, seed, **gen)]
-    lab = start_lab(model_path(model), [len(p) for p in prompts], max_tokens, wave, 1)
+    lab = start_lab(model_path(model), [len(p) for p in prompts], max_tokens, wave, 1,
+                    async_scheduling)
     try:
         texts: list[str] = []
         for w in range(0, n, wave):
@@ -71,7 +74,7 @@ def run(n: int, seed: int, gen: dict, wave: int, max_tokens: int, model: str) ->
             texts += [outs[str(i)].text for i in range(len(part))]
         doc = {"texts": texts, "engine": lab.engine_name, "device": lab.device,
                "model": model, "model_folder": lab.model, "runner": lab.runner_class,
-               "engine_start_s": round(lab.start_s, 1)}
+               "async_scheduling": scheduling(lab), "engine_start_s": round(lab.start_s, 1)}
     finally:
         lab.shutdown()
     doc["wall_s"] = round(time.perf_counter() - t0, 1)
@@ -89,10 +92,12 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--context")
     ap.add_argument("--chunks")
+    ap.add_argument("--async-scheduling", action="store_true")
     args = ap.parse_args(argv)
     gen = {k: v for k, v in (("context", parse_range(args.context, "--context")),
                              ("n_chunks", parse_range(args.chunks, "--chunks"))) if v}
-    doc = run(args.n, args.seed, gen, args.wave, args.max_tokens, args.model)
+    doc = run(args.n, args.seed, gen, args.wave, args.max_tokens, args.model,
+              args.async_scheduling)
     out.write(json.dumps(doc) + "\n")
     out.flush()
     return 0

@@ -43,10 +43,11 @@ def blocks_for(prompt_lens: list[int], max_tokens: int, wave: int, runs_per_prom
 
 
 def start_lab(model, prompt_lens: list[int], max_tokens: int, wave: int,
-              runs_per_prompt: int):
+              runs_per_prompt: int, async_scheduling: bool = False):
     """A Lab sized for the eval: no rows recorded (records stay small), no cascade attention
-    (GPU: prompts share their system prompt, and DA refuses a shared-prefix kernel), no async
-    scheduling (GPU: a tag then applies at the very next step, as on the CPU)."""
+    (GPU: prompts share their system prompt, and DA refuses a shared-prefix kernel), and by
+    default no async scheduling (GPU: a tag then applies at the very next step, as on the CPU;
+    with it, one step later, so the first token after a tag still reads every block)."""
     from da_lab.engine.env import engine_version
     from da_lab.engine.lab import Lab
 
@@ -57,7 +58,14 @@ def start_lab(model, prompt_lens: list[int], max_tokens: int, wave: int,
         extra["disable_cascade_attn"] = True    # 0.32 removed cascade attention (and warns)
     return Lab(model, num_blocks=blocks_for(prompt_lens, max_tokens, wave, runs_per_prompt),
                max_model_len=max(1024, need + BLOCK_SIZE), record_rows=False,
-               async_scheduling=False, **extra)
+               async_scheduling=async_scheduling, **extra)
+
+
+def scheduling(lab) -> bool:
+    """Whether the engine really schedules asynchronously (vLLM may overrule the request)."""
+    from da_lab.engine.access import vllm_config
+
+    return bool(vllm_config(lab.llm).scheduler_config.async_scheduling)
 
 
 def run_batch(lab, runs: list[Run], max_tokens: int) -> dict[str, RunOut]:

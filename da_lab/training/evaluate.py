@@ -39,6 +39,7 @@ from da_lab.training.eval_engine import (
     fraction_after_tag,
     kept_after_tag,
     run_batch,
+    scheduling,
     trapped_from,
 )
 from da_lab.training.task import first_tag
@@ -129,11 +130,12 @@ def _progress(n: int, on: bool):
 def run_eval(n: int = 500, model=None, *, task: str = "auto", seed: int | None = None,
              wave: int | None = None, max_tokens: int | None = None, ablations: bool = False,
              base: bool = True, gen: dict | None = None, lab=None,
-             progress: bool = True) -> dict:
+             async_scheduling: bool = False, progress: bool = True) -> dict:
     """Evaluate `model` (a name of da_lab.engine.models or a folder; default: the lab's default
     model) on n held-out prompts of its task. Starts its own engine unless `lab` (an idle Lab
     on that model) is given; the base model (nl task, `base`) runs in a child process first.
-    `gen`: the nl generator's context / n_chunks ranges (default: the training ranges).
+    `gen`: the nl generator's context / n_chunks ranges (default: the training ranges);
+    `async_scheduling`: let a GPU engine schedule ahead (eval_engine.start_lab).
     Returns KEYS, by_kind, rows (one per prompt) and the run's provenance and timings."""
     from da_lab.engine.models import model_path
 
@@ -153,20 +155,22 @@ def run_eval(n: int = 500, model=None, *, task: str = "auto", seed: int | None =
         from da_lab.training.eval_base import base_texts
 
         t1 = time.perf_counter()
-        base_doc = base_texts(n, seed, gen, wave, max_tokens, tk.base_model)
+        base_doc = base_texts(n, seed, gen, wave, max_tokens, tk.base_model,
+                              async_scheduling=async_scheduling)
         phases["base_child_s"] = round(time.perf_counter() - t1, 1)
     own = lab is None
     if own:
         from da_lab.training.eval_engine import start_lab
 
         lab = start_lab(model_path(model), [len(s.prompt.token_ids) for s in samples],
-                        max_tokens, wave, 4 if ablations else 2)
+                        max_tokens, wave, 4 if ablations else 2, async_scheduling)
         phases["engine_start_s"] = round(lab.start_s, 1)
     try:
         rows = _run_waves(lab, tk, samples, seed, wave, max_tokens, ablations, base_doc,
                           phases, progress)
         ran_on = {"engine": lab.engine_name, "device": lab.device, "model": str(model or
-                  lab.model), "model_folder": lab.model, "runner": lab.runner_class}
+                  lab.model), "model_folder": lab.model, "runner": lab.runner_class,
+                  "async_scheduling": scheduling(lab)}
     finally:
         if own:
             lab.shutdown()
@@ -245,7 +249,7 @@ def document(res: dict, command: str) -> dict:
     time), the summary (KEYS at the top level, then by kind) and one row per prompt."""
     from datetime import datetime
 
-    prov = ("engine", "device", "model", "model_folder", "runner")
+    prov = ("engine", "device", "model", "model_folder", "runner", "async_scheduling")
     extra = ("ablation_n", "wrong_tag_chance", "task", "answer_rule", "seed", "generator",
              "wave", "max_tokens", "ablations", "phases_s", "host", "base", "by_kind")
     return {"command": command, **{k: res[k] for k in prov},
