@@ -1,6 +1,8 @@
 """Benchmark: `Lab.step()` throughput on the CPU default, recording off and on, and trace size.
 
     .venv/bin/python bench/lab_cpu.py > bench/results/lab_cpu.txt
+    .venv/bin/python bench/lab_cpu.py --model smollm2-da --steps 300 \
+        > bench/results/lab_cpu_smollm2-da.txt
 
 One seed-scenario request (focus, local, global tags) decoded for --steps steps per
 configuration, in one process, back to back: (1) stock-like engine loop `engine.step()` with the
@@ -22,11 +24,14 @@ apply_env(LOG_TO_STDERR)          # before vLLM is imported
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--model", help="a model name (da_lab.engine.models) or folder; default: "
+                                    "the lab's default model")
     args = ap.parse_args()
     from da_lab.cli import SEED_TAGS
     from da_lab.engine.lab import Lab
+    from da_lab.engine.models import model_path
 
-    lab = Lab()
+    lab = Lab(model_path(args.model) if args.model else None)
     prompt = lab.seed_prompt()
     n = min(args.steps, lab.max_model_len - len(prompt.token_ids))
     res = {}

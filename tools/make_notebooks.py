@@ -362,9 +362,15 @@ print("server exited with", server.wait(60))'''),
            "- What a server's trace holds that a Lab's does, and what it can't see.")])
 
 
+def nb_real_model() -> None:
+    from notebook06 import cells  # tools/notebook06.py: SmolLM2-DA live, eval, ablation
+
+    notebook("06_real_model.ipynb", cells(CLOSE))
+
+
 def main() -> None:
     for write in (nb_tour, nb_skeleton, nb_blocks, nb_metadata_path, nb_da_hook,
-                  nb_model_writes_tags, nb_server):
+                  nb_model_writes_tags, nb_real_model, nb_server):
         write()
 
 

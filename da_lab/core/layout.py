@@ -32,6 +32,9 @@ class Layout:
     head_blocks: int
     chunk_blocks: tuple[int, ...]
     prompt_len: int
+    # Chunks FOCUS never keeps, even when a tag names them: the eval's hidden-chunk ablation
+    # (da_lab.training.evaluate). Empty for every real prompt.
+    hidden: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.head_blocks < 1:
@@ -40,6 +43,8 @@ class Layout:
             raise ValueError("every chunk must span at least one whole block")
         if self.prompt_len <= self.tail_start * self.block_size:
             raise ValueError("the prompt must end with a non-empty scaffold tail after the chunks")
+        if any(not 1 <= c <= self.n_chunks for c in self.hidden):
+            raise ValueError(f"hidden chunks {list(self.hidden)} must be in C1..C{self.n_chunks}")
 
     @property
     def n_chunks(self) -> int:
@@ -87,14 +92,18 @@ class Layout:
         return "response"
 
     def to_dict(self) -> dict:
-        return {"block_size": self.block_size, "head_blocks": self.head_blocks,
-                "chunk_blocks": list(self.chunk_blocks), "prompt_len": self.prompt_len}
+        d = {"block_size": self.block_size, "head_blocks": self.head_blocks,
+             "chunk_blocks": list(self.chunk_blocks), "prompt_len": self.prompt_len}
+        if self.hidden:
+            d["hidden"] = list(self.hidden)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Layout:
         try:
             return cls(int(d["block_size"]), int(d["head_blocks"]),
-                       tuple(int(b) for b in d["chunk_blocks"]), int(d["prompt_len"]))
+                       tuple(int(b) for b in d["chunk_blocks"]), int(d["prompt_len"]),
+                       tuple(int(c) for c in d.get("hidden", ())))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"not a DA layout: {d!r} ({e})") from None
 

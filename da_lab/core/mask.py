@@ -1,7 +1,8 @@
 """The DA decision: which logical blocks the attention kernel reads. A pure function.
 
     GLOBAL       everything
-    FOCUS Cs     scaffold head (sink) + the named chunks + tail + response
+    FOCUS Cs     scaffold head (sink) + the named chunks + tail + response (a chunk in
+                 `layout.hidden` is never kept: the eval's hidden-chunk ablation)
     LOCAL        scaffold head + tail + response
     LOCAL N      scaffold head + tail + the N most recent response blocks
     always       the blocks holding this step's own query tokens
@@ -37,7 +38,7 @@ def kept_blocks(directive: Directive, layout: Layout, seq_len: int, query_len: i
     keep[layout.tail_start: prompt_blocks] = True
     if directive.mode is Mode.FOCUS:
         for cid in directive.chunks:
-            if cid <= layout.n_chunks:
+            if cid <= layout.n_chunks and cid not in layout.hidden:
                 r = layout.chunk_range(cid)
                 keep[r.start: r.stop] = True
         keep[layout.response_start:] = True

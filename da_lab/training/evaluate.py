@@ -1,191 +1,281 @@
 """`da-lab eval`: does the model write the right tag, and does it answer under its own mask?
 
-Runs held-out prompts of `da_lab.training.task` (a seed disjoint from training) through the real
-vLLM engine with the DA hook: no director, the model writes its own tags. Every prompt runs twice:
-    DA          with its layout: the hook traps the model's tag and hides blocks from then on;
-    all blocks  without a layout: the hook changes nothing (the model may still write the tag).
-The second run of a prompt reuses the first one's prompt KV through prefix caching (same
-tokens; the prompt is prefilled under GLOBAL either way), so it costs a few decode steps.
+Held-out prompts (a seed stream, and for the nl task entity names, that training never drew)
+go through the real vLLM engine with the DA hook. Per prompt, several requests
+(eval_engine.run_batch; many prompts in flight per engine step):
 
-Measures, over n prompts:
-    tag_accuracy                    the first tag written names exactly the right chunk(s) /
-                                    `<local>`
-    da_answer_accuracy              the text after that tag is exactly the answer (DA run)
-    all_blocks_answer_accuracy      the same with every block visible
-    blocks_read_fraction_after_tag  mean over the decode steps after the tag was trapped of
-                                    blocks read / blocks in the row (from the hook's records);
-                                    1.0 when no tag was ever trapped (nothing hidden)
-Requests are batched: a wave of prompts is added, then the engine steps until all are done.
-`document()` is what `da-lab eval --json` / `--out` write: the run's provenance (command,
-engine, device, model, date, wall time), the numbers above, and one row per prompt.
+    DA            its layout, no director: the model writes its own tag, the hook traps it and
+                  hides blocks from the next step on
+    all blocks    no layout: every block stays visible (the model may still write its tag)
+    base          nl task only: the *base* model (smollm2), every block visible, a plain
+                  instruction prompt without DA (eval_base.py, its own engine in a child)
+  with ablations, because the tag's own KV is computed while every block is still visible and
+  could carry the answer past the mask:
+    wrong tag     the director forces a wrong chunk's tag at the tag position (the reply's first
+                  tokens): the chunk(s) after the needed one(s) that hold none of the answer
+    hidden chunk  the director forces the right tag, but the layout's `hidden` leaves the needed
+                  chunk(s) out of what FOCUS keeps (core/mask.py)
+The ablations run on the prompts that need a chunk (not the `<local>` ones). The DA request
+prefills the prompt; the others hit its blocks in the prefix cache and cost a few decode steps.
+
+Summary (KEYS): n; tag_accuracy (the first tag names exactly the right chunk(s) / `<local>`);
+da_answer_accuracy; all_blocks_answer_accuracy; base_all_blocks_answer_accuracy;
+wrong_tag_answer_accuracy; hidden_chunk_answer_accuracy (None when not run);
+blocks_read_fraction_after_tag (mean over the DA runs' decode steps from the one that trapped
+the first tag on, of blocks read / blocks in the row; 1.0 when no tag was ever trapped). How an
+answer counts as right: eval_tasks.py. `document()` is what `--json` / `--out` write.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from datetime import UTC
-from pathlib import Path
 
-from da_lab.training import task as T
+from da_lab.training import eval_tasks as E
+from da_lab.training.eval_engine import (
+    Run,
+    fraction_after_tag,
+    kept_after_tag,
+    run_batch,
+    scheduling,
+    trapped_from,
+)
+from da_lab.training.task import first_tag
 
 KEYS = ("n", "tag_accuracy", "da_answer_accuracy", "all_blocks_answer_accuracy",
-        "blocks_read_fraction_after_tag")
+        "base_all_blocks_answer_accuracy", "wrong_tag_answer_accuracy",
+        "hidden_chunk_answer_accuracy", "blocks_read_fraction_after_tag")
+# Older name of the per-step fractions (tests and notebooks used it).
+_fraction_after_tag = fraction_after_tag
 
 
 def tag_written(text: str, n_chunks: int) -> str | None:
     """The response up to and including its first tag (None when it writes no tag)."""
-    _, offset = T.first_tag(text, n_chunks)
+    _, offset = first_tag(text, n_chunks)
     return None if offset is None else text[:offset].strip()
 
 
 def answer_text(text: str, n_chunks: int) -> tuple[object, str]:
     """(first tag's directive or None, the answer: text after the first tag, else all of it)."""
-    directive, offset = T.first_tag(text, n_chunks)
+    directive, offset = first_tag(text, n_chunks)
     rest = text if offset is None else text[offset:]
     return directive, rest.strip()
 
 
-def _run_wave(lab, samples: list, da: bool, max_tokens: int, tag: str) -> tuple[list[str], list]:
-    """Generate every sample greedily until </s>; return texts and per-request hook rows."""
-    from vllm import SamplingParams
-
-    from da_lab.engine.access import output_kind
-    from da_lab.hook.state import EXTRA_ID, EXTRA_LAYOUT
-
-    ids = []
-    for i, s in enumerate(samples):
-        rid = f"eval-{tag}-{'da' if da else 'all'}-{i}-{time.perf_counter_ns()}"
-        extra = {EXTRA_ID: rid, EXTRA_LAYOUT: s.prompt.layout.to_dict()} if da else None
-        params = SamplingParams(temperature=0.0, max_tokens=max_tokens,
-                                output_kind=output_kind("FINAL_ONLY"), extra_args=extra)
-        lab.engine.add_request(rid, {"prompt_token_ids": s.prompt.token_ids}, params)
-        ids.append(rid)
-    texts: dict[str, str] = {}
-    rows: dict[str, list[dict]] = {rid: [] for rid in ids}
-    while lab.engine.has_unfinished_requests():
-        for o in lab.engine.step():
-            if o.finished:
-                texts[o.request_id] = o.outputs[0].text
-        for h in lab.tracker.reset_log():
-            for r in h.requests:
-                if r.req in rows:
-                    rows[r.req].append(r)
-    return [texts.get(rid, "") for rid in ids], [rows[rid] for rid in ids]
+def mean(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
 
 
-def _fraction_after_tag(rows: list) -> list[float]:
-    """blocks_read / blocks_total of each hook record from the step that trapped the first tag
-    on (that step already reads under the new directive)."""
-    out, trapped = [], False
-    for r in rows:
-        trapped = trapped or any(e.get("kind") == "tag_trapped" for e in r.events)
-        if trapped and r.query_len == 1:
-            out.append(r.blocks_read / max(1, r.blocks_total))
-    return out
+def _runs(i: int, s, enc, ablations: bool) -> list[Run]:
+    """The requests after the DA one for prompt i: all blocks, and with ablations the wrong
+    tag and the hidden chunk (forced at output index 0: the tag position)."""
+    ids = s.prompt.token_ids
+    runs = [Run(f"{i}:all", ids)]
+    if ablations:
+        wrong, hidden = E.wrong_tag(s), E.hidden_layout(s)
+        if wrong is not None:
+            runs.append(Run(f"{i}:wrong", ids, s.prompt.layout.to_dict(), [[0, enc(wrong)]]))
+        if hidden is not None:
+            runs.append(Run(f"{i}:hidden", ids, hidden, [[0, enc(s.tag)]]))
+    return runs
 
 
-def run_eval(n: int = 500, model: str | Path | None = None, *, seed: int | None = None,
-             wave: int = 64, max_tokens: int = 24, lab=None, progress: bool = True) -> dict:
-    """Evaluate `model` (default: the lab's default model) on n held-out prompts.
+def _score(tk, s, pid: str, outs: dict, i: int, base_text: str | None) -> dict:
+    """One prompt's row: what was expected, what each run wrote, whether it is right."""
+    nc = s.prompt.layout.n_chunks
+    da = outs[f"{i}:da"]
+    d_tag, d_ans = answer_text(da.text, nc)
+    fr = fraction_after_tag(da.rows)
+    after = [r.blocks_read for r in trapped_from(da.rows)]
+    row = {"id": pid, "kind": s.kind, "expected_tag": s.tag, "expected_answer": s.answer,
+           "expected_values": tk.expected_values(s), "n_chunks": nc,
+           "prompt_tokens": len(s.prompt.token_ids),
+           "tag_written": tag_written(da.text, nc), "tag_correct": d_tag == s.directive,
+           "text": da.text, "answer": d_ans, "correct": tk.correct(d_ans, s),
+           "blocks_total": da.rows[-1].blocks_total if da.rows else None,
+           "blocks_read_after_tag": round(sum(after) / len(after), 2) if after else None,
+           "blocks_read_fraction_after_tag": round(sum(fr) / len(fr), 4) if fr else None,
+           "kept_after_tag": kept_after_tag(da.rows)}
+    a = outs[f"{i}:all"]
+    row.update(all_blocks_text=a.text, all_blocks_correct=tk.correct(answer_text(a.text, nc)[1],
+                                                                     s))
+    row.update(base_text=base_text,
+               base_correct=None if base_text is None else tk.correct(base_text, s))
+    for name, tag in (("wrong_tag", E.wrong_tag(s)), ("hidden_chunk", s.tag)):
+        o = outs.get(f"{i}:{'wrong' if name == 'wrong_tag' else 'hidden'}")
+        row[name] = tag if o is not None else None
+        row[f"{name}_text"] = None if o is None else o.text
+        row[f"{name}_correct"] = (None if o is None
+                                  else tk.correct(answer_text(o.text, nc)[1], s))
+        row[f"{name}_kept_after_tag"] = None if o is None else kept_after_tag(o.rows)
+    row["hidden_chunks"] = list(E.needed(s)) if row["hidden_chunk"] else None
+    row["wrong_tag_chance"] = tk.chance(s) if row["wrong_tag"] else None
+    row["flags"] = sorted({f for k, o in outs.items() if k.split(":")[0] == str(i)
+                           for f in o.flags})
+    row["_fractions"] = fr
+    return row
 
-    Starts its own engine unless `lab` (an idle `da_lab.engine.lab.Lab`) is given. Returns the five
-    numbers of KEYS plus "by_kind" (the same accuracies per question kind), "rows" (one per
-    prompt: id, kind, expected tag and answer, both texts, the tag written, the blocks read),
-    "engine", "device", "model" and "seconds"."""
+
+def _progress(n: int, on: bool):
+    if not on:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=n, desc="eval", unit="prompt", file=sys.stderr, mininterval=1.0)
+
+
+def run_eval(n: int = 500, model=None, *, task: str = "auto", seed: int | None = None,
+             wave: int | None = None, max_tokens: int | None = None, ablations: bool = False,
+             base: bool = True, gen: dict | None = None, lab=None,
+             async_scheduling: bool = False, progress: bool = True) -> dict:
+    """Evaluate `model` (a name of da_lab.engine.models or a folder; default: the lab's default
+    model) on n held-out prompts of its task. Starts its own engine unless `lab` (an idle Lab
+    on that model) is given; the base model (nl task, `base`) runs in a child process first.
+    `gen`: the nl generator's context / n_chunks ranges (default: the training ranges);
+    `async_scheduling`: let a GPU engine schedule ahead (eval_engine.start_lab).
+    Returns KEYS, by_kind, rows (one per prompt) and the run's provenance and timings."""
+    from da_lab.engine.models import model_path
+
     t0 = time.perf_counter()
-    seed = T.EVAL_SEED if seed is None else seed
-    samples = T.held_out(n, seed)
+    load0 = os.getloadavg()[0]
+    if n < 1:
+        raise ValueError(f"--n must be at least 1, not {n}")
+    tk = E.task_for(task, model if lab is None else lab.model)
+    gen = dict(gen or {})
+    seed = tk.default_seed if seed is None else seed
+    samples = tk.samples(n, seed, gen)
+    max_tokens = max_tokens or tk.max_tokens
+    wave = wave or _default_wave()
+    phases: dict[str, float] = {}
+    base_doc = None
+    if base and tk.base_model:
+        from da_lab.training.eval_base import base_texts
+
+        t1 = time.perf_counter()
+        base_doc = base_texts(n, seed, gen, wave, max_tokens, tk.base_model,
+                              async_scheduling=async_scheduling)
+        phases["base_child_s"] = round(time.perf_counter() - t1, 1)
     own = lab is None
     if own:
-        from da_lab.engine.lab import Lab
+        from da_lab.training.eval_engine import start_lab
 
-        need = max((len(s.prompt.token_ids) for s in samples), default=0) + max_tokens
-        per = -(-need // 32) + 1                  # KV blocks one request can hold
-        lab = Lab(model, num_blocks=max(64, min(wave, max(n, 1)) * per + 8),
-                  max_model_len=max(1024, need + 32), record_rows=False)
-    elif lab.has_unfinished():
-        raise RuntimeError("run_eval needs an idle Lab (it has unfinished requests)")
-    rows, fractions = [], []
-    ran_on = {"engine": lab.engine_name, "device": lab.device, "model": lab.model}
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=n, desc="eval", unit="prompt", file=sys.stderr, mininterval=1.0)
+        lab = start_lab(model_path(model), [len(s.prompt.token_ids) for s in samples],
+                        max_tokens, wave, 4 if ablations else 2, async_scheduling)
+        phases["engine_start_s"] = round(lab.start_s, 1)
     try:
-        for w in range(0, n, wave):
+        rows = _run_waves(lab, tk, samples, seed, wave, max_tokens, ablations, base_doc,
+                          phases, progress)
+        ran_on = {"engine": lab.engine_name, "device": lab.device, "model": str(model or
+                  lab.model), "model_folder": lab.model, "runner": lab.runner_class,
+                  "async_scheduling": scheduling(lab)}
+    finally:
+        if own:
+            lab.shutdown()
+    res = summary(rows)
+    res.update(rows=rows, seed=seed, task=tk.name, answer_rule=tk.answer_rule,
+               generator={k: list(v) if isinstance(v, tuple) else v for k, v in gen.items()},
+               wave=wave, max_tokens=max_tokens, ablations=ablations, phases_s=phases,
+               base=None if base_doc is None else {k: v for k, v in base_doc.items()
+                                                    if k != "texts"},
+               seconds=round(time.perf_counter() - t0, 1), **ran_on,
+               # CPU timings depend on what else runs: the 1-minute load, start and end.
+               host={"cpus": len(os.sched_getaffinity(0)),
+                     "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)]})
+    return res
+
+
+def _default_wave() -> int:
+    """Prompts in flight at once: a GPU batches 64 long prompts easily; on a CPU the prefill
+    is the cost and a smaller wave keeps the KV cache (host memory) small."""
+    import torch
+
+    return 64 if torch.cuda.is_available() else 8
+
+
+def _run_waves(lab, tk, samples, seed, wave, max_tokens, ablations, base_doc, phases,
+               progress) -> list[dict]:
+    rows: list[dict] = []
+    bar = _progress(len(samples), progress)
+    t_da = t_rest = 0.0
+    try:
+        for w in range(0, len(samples), wave):
             part = samples[w: w + wave]
-            da_texts, da_rows = _run_wave(lab, part, True, max_tokens, str(w))
-            all_texts, _ = _run_wave(lab, part, False, max_tokens, str(w))
-            rows_in = zip(part, da_texts, all_texts, da_rows, strict=True)
-            for i, (s, dt, at, hr) in enumerate(rows_in):
-                nc = s.prompt.layout.n_chunks
-                d_tag, d_ans = answer_text(dt, nc)
-                _, a_ans = answer_text(at, nc)
-                after = _fraction_after_tag(hr)
-                rows.append({"id": f"{seed}:{w + i}", "kind": s.kind, "tag": s.tag,
-                             "answer": s.answer, "da_text": dt, "all_blocks_text": at,
-                             "tag_written": tag_written(dt, nc), "da_answer": d_ans,
-                             "tag_ok": d_tag == s.directive, "da_ok": d_ans == s.answer,
-                             "all_ok": a_ans == s.answer,
-                             "blocks_read_fraction_after_tag":
-                                 round(sum(after) / len(after), 4) if after else None})
-                fractions += after
+            t1 = time.perf_counter()
+            outs = run_batch(lab, [Run(f"{i}:da", s.prompt.token_ids, s.prompt.layout.to_dict())
+                                   for i, s in enumerate(part)], max_tokens)
+            t2 = time.perf_counter()
+            rest = [r for i, s in enumerate(part) for r in _runs(i, s, lab.encode, ablations)]
+            outs.update(run_batch(lab, rest, max_tokens))
+            t_da, t_rest = t_da + t2 - t1, t_rest + time.perf_counter() - t2
+            for i, s in enumerate(part):
+                base_text = None if base_doc is None else base_doc["texts"][w + i]
+                rows.append(_score(tk, s, f"{seed}:{w + i}", outs, i, base_text))
             if bar is not None:
                 bar.update(len(part))
     finally:
         if bar is not None:
             bar.close()
-        if own:
-            lab.shutdown()
+    phases["da_runs_s"] = round(t_da, 1)
+    phases["other_runs_s"] = round(t_rest, 1)
+    return rows
 
-    def mean(xs) -> float:
-        xs = list(xs)
-        return sum(xs) / len(xs) if xs else 0.0
 
-    by_kind = {}
-    for kind in sorted({r["kind"] for r in rows}):
-        rs = [r for r in rows if r["kind"] == kind]
-        by_kind[kind] = {"n": len(rs), "tag_accuracy": mean(r["tag_ok"] for r in rs),
-                         "da_answer_accuracy": mean(r["da_ok"] for r in rs),
-                         "all_blocks_answer_accuracy": mean(r["all_ok"] for r in rs)}
-    return {"n": len(rows),
-            "tag_accuracy": mean(r["tag_ok"] for r in rows),
-            "da_answer_accuracy": mean(r["da_ok"] for r in rows),
-            "all_blocks_answer_accuracy": mean(r["all_ok"] for r in rows),
+def summary(rows: list[dict]) -> dict:
+    """KEYS over all rows, and per question kind; pops each row's per-step fractions."""
+    fractions = [f for r in rows for f in r.pop("_fractions", [])]
+
+    def acc(rs: list[dict]) -> dict:
+        return {"n": len(rs), "tag_accuracy": mean(r["tag_correct"] for r in rs),
+                "da_answer_accuracy": mean(r["correct"] for r in rs),
+                "all_blocks_answer_accuracy": mean(r["all_blocks_correct"] for r in rs),
+                "base_all_blocks_answer_accuracy": mean(r["base_correct"] for r in rs),
+                "wrong_tag_answer_accuracy": mean(r["wrong_tag_correct"] for r in rs),
+                "hidden_chunk_answer_accuracy": mean(r["hidden_chunk_correct"] for r in rs)}
+
+    kinds = sorted({r["kind"] for r in rows})
+    return {**acc(rows),
             "blocks_read_fraction_after_tag": mean(fractions) if fractions else 1.0,
-            "by_kind": by_kind, "rows": rows, "seed": seed, **ran_on,
-            "seconds": round(time.perf_counter() - t0, 1)}
+            "ablation_n": {"wrong_tag": sum(r["wrong_tag"] is not None for r in rows),
+                           "hidden_chunk": sum(r["hidden_chunk"] is not None for r in rows)},
+            "wrong_tag_chance": mean(r["wrong_tag_chance"] for r in rows),
+            "by_kind": {k: acc([r for r in rows if r["kind"] == k]) for k in kinds}}
 
 
 def document(res: dict, command: str) -> dict:
-    """The whole `da-lab eval` document: provenance, the summary (KEYS, by kind) and one row per
-    prompt (id, expected tag and answer, the tag written, the answer, whether it is correct,
-    the blocks read after the tag; the all-blocks run beside it)."""
+    """The whole `da-lab eval` document: provenance (command, engine, device, model, date, wall
+    time), the summary (KEYS at the top level, then by kind) and one row per prompt."""
     from datetime import datetime
 
-    rows = [{"id": r["id"], "kind": r["kind"], "expected_tag": r["tag"],
-             "expected_answer": r["answer"], "tag_written": r["tag_written"],
-             "tag_correct": r["tag_ok"], "answer": r["da_answer"], "correct": r["da_ok"],
-             "blocks_read_fraction_after_tag": r["blocks_read_fraction_after_tag"],
-             "text": r["da_text"], "all_blocks_text": r["all_blocks_text"],
-             "all_blocks_correct": r["all_ok"]} for r in res["rows"]]
-    return {"command": command, "engine": res["engine"], "device": res["device"],
-            "model": str(res["model"]),
+    prov = ("engine", "device", "model", "model_folder", "runner", "async_scheduling")
+    extra = ("ablation_n", "wrong_tag_chance", "task", "answer_rule", "seed", "generator",
+             "wave", "max_tokens", "ablations", "phases_s", "host", "base", "by_kind")
+    return {"command": command, **{k: res[k] for k in prov},
             "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "wall_s": res["seconds"], "seed": res["seed"], **{k: res[k] for k in KEYS},
-            "by_kind": res["by_kind"], "rows": rows}
+            "wall_s": res["seconds"], **{k: res[k] for k in KEYS},
+            **{k: res[k] for k in extra}, "rows": res["rows"]}
 
 
 def table(res: dict) -> str:
     """The eval as a small text table (what `da-lab eval` prints without --json)."""
-    lines = [f"{'':<12}{'n':>5}{'tag':>8}{'DA answer':>12}{'all-blocks':>12}"]
-    for kind, r in res["by_kind"].items():
-        lines.append(f"{kind:<12}{r['n']:>5}{r['tag_accuracy']:>8.3f}"
-                     f"{r['da_answer_accuracy']:>12.3f}{r['all_blocks_answer_accuracy']:>12.3f}")
-    lines.append(f"{'all':<12}{res['n']:>5}{res['tag_accuracy']:>8.3f}"
-                 f"{res['da_answer_accuracy']:>12.3f}{res['all_blocks_answer_accuracy']:>12.3f}")
+    cols = (("tag", "tag_accuracy"), ("DA answer", "da_answer_accuracy"),
+            ("all-blocks", "all_blocks_answer_accuracy"),
+            ("base all", "base_all_blocks_answer_accuracy"),
+            ("wrong tag", "wrong_tag_answer_accuracy"),
+            ("hidden", "hidden_chunk_answer_accuracy"))
+
+    def line(name: str, r: dict) -> str:
+        cells = "".join(f"{'–' if r[k] is None else format(r[k], '.3f'):>12}" for _, k in cols)
+        return f"{name:<10}{r['n']:>5}{cells}"
+
+    lines = [f"{'':<10}{'n':>5}" + "".join(f"{h:>12}" for h, _ in cols)]
+    lines += [line(kind, r) for kind, r in res["by_kind"].items()]
+    lines.append(line("all", res))
     lines.append(f"blocks read per step after the tag: "
                  f"{res['blocks_read_fraction_after_tag']:.3f} of the row")
+    if res.get("wrong_tag_chance") is not None:
+        lines.append(f"wrong tag: a uniform guess among the prompt's values is right "
+                     f"{res['wrong_tag_chance']:.3f} of the time")
     return "\n".join(lines)

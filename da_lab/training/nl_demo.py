@@ -1,0 +1,149 @@
+"""Notebook 06's helpers: ask SmolLM2-DA about documents a learner picked or typed.
+
+    examples()                  short held-out samples, one per kind: documents, question, reply
+    user_prompt(docs, q)        the DA prompt the model was trained on, from plain texts:
+                                the system prompt that asks for a tag, "Document Ck: ..." per
+                                text (each padded to whole KV blocks), the question
+    EndOfTurn(lab)              the Lab, ending each request at the model's end-of-turn token
+    eval_summary(paths)         the summary rows of committed `da-lab eval` documents
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from da_lab.core.layout import BLOCK_SIZE, DAPrompt, build_prompt
+from da_lab.training import nl_task as N
+
+LABEL = re.compile(r"^Document C\d+:\s*")
+
+
+def examples(kinds: tuple[str, ...] = ("single", "multi", "local"),
+             seed: int = N.EVAL_SEED) -> list[dict]:
+    """One held-out sample of each kind, small enough for a CPU (about 1,000 tokens, 4-6
+    documents): the first of that kind in the held-out stream."""
+    out: dict[str, dict] = {}
+    for i in range(200):
+        s = N.sample(seed, i, N.HELDOUT, context=(900, 1200), n_chunks=(4, 6))
+        if s.kind in kinds and s.kind not in out:
+            out[s.kind] = {"documents": [LABEL.sub("", c).strip() for c in s.prompt.chunks],
+                           "question": s.meta["question"], "kind": s.kind,
+                           "expected": s.tag + " " + s.answer, "token_ids": s.prompt.token_ids}
+        if len(out) == len(kinds):
+            break
+    return [out[k] for k in kinds if k in out]
+
+
+def split_documents(text: str) -> list[str]:
+    """Documents typed in one box: separated by blank lines (a leading "Document Ck:" is
+    dropped, the lab numbers them itself)."""
+    parts = [LABEL.sub("", p.strip()) for p in re.split(r"\n\s*\n", text)]
+    return [" ".join(p.split()) for p in parts if p.strip()]
+
+
+def user_prompt(documents: list[str], question: str) -> DAPrompt:
+    """The nl task's prompt for these documents and this question (nl_task.make_sample's
+    layout: chat frame with the DA system prompt, one chunk per document, then the question)."""
+    docs = [d.strip() for d in documents if d and d.strip()]
+    if not docs:
+        raise ValueError("give at least one document")
+    if not question or not question.strip():
+        raise ValueError("give a question")
+    tok = N.tokens()
+    before, after = tok.frame(N.SYSTEM)
+    texts = [f"Document C{k}: {d}\n" for k, d in enumerate(docs, start=1)]
+    prompt = build_prompt(tok.encode, before + N.INTRO, texts,
+                          "Question: " + question.strip() + after, filler_id=tok.filler_id,
+                          bos_id=None, block_size=BLOCK_SIZE)
+    if prompt.layout.prompt_len > N.MAX_PROMPT:
+        raise ValueError(f"the prompt is {prompt.layout.prompt_len} tokens; SmolLM2-DA was "
+                         f"trained on at most {N.MAX_PROMPT}")
+    return prompt
+
+
+def reply(text: str) -> str:
+    """A reply as the user reads it: up to the end of the model's turn."""
+    return text.split("<|im_end|>")[0].strip()
+
+
+class EndOfTurn:
+    """The Lab, seen through a wrapper that aborts a request once the model has written its
+    end-of-turn token: `Lab.add_request` ignores end of sequence (so that a director's tags
+    can run past it), but a chat model's answer ends there. Everything else is the Lab's own,
+    so a LiveSource, a Player and DAHookDiagram's steering work on it unchanged."""
+
+    def __init__(self, lab, eos_id: int | None = None) -> None:
+        self._lab = lab
+        self.eos_id = N.tokens().eos_id if eos_id is None else eos_id
+
+    def step(self):
+        rec = self._lab.step()
+        for rid, r in list(self._lab.requests.items()):
+            if not r["finished"] and self.eos_id in r["token_ids"]:
+                self._lab.abort(rid)
+        return rec
+
+    def __getattr__(self, name):
+        return getattr(self._lab, name)
+
+
+SUMMARY = (("n", "n"), ("tag_accuracy", "right tag"), ("da_answer_accuracy", "answer under DA"),
+           ("all_blocks_answer_accuracy", "same model, all blocks"),
+           ("base_all_blocks_answer_accuracy", "base model, plain prompt"),
+           ("wrong_tag_answer_accuracy", "ablation: wrong tag forced"),
+           ("hidden_chunk_answer_accuracy", "ablation: right tag, chunk hidden"),
+           ("blocks_read_fraction_after_tag", "blocks read after the tag"))
+
+
+def eval_summary(paths) -> list[dict]:
+    """One row per `da-lab eval` document: where it ran and its summary (SUMMARY's keys)."""
+    rows = []
+    for p in sorted(Path(x) for x in paths):
+        doc = json.loads(Path(p).read_text())
+        row = {"file": Path(p).name, "engine": doc.get("engine"), "device": doc.get("device"),
+               "wall_s": doc.get("wall_s")}
+        row.update({label: doc.get(k) for k, label in SUMMARY})
+        rows.append(row)
+    return rows
+
+
+def record_example(path: str | Path, index: int = 0, max_tokens: int = 64) -> dict:
+    """Record one held-out example (`examples()[index]`) on SmolLM2-DA to a trace: the model
+    writes its own tag, the hook masks, the answer follows; the request ends at end of turn.
+    Returns what it wrote and the run's numbers."""
+    import time
+
+    from da_lab.engine.lab import Lab
+    from da_lab.engine.models import model_path
+
+    ex = examples()[index]
+    prompt = user_prompt(ex["documents"], ex["question"])
+    lab = EndOfTurn(Lab(model_path("smollm2-da"), num_blocks=64))
+    try:
+        lab.record(path)
+        rid = lab.add_request(prompt, max_tokens=max_tokens, request_id="smollm2-da")
+        t0, steps = time.perf_counter(), 0
+        while lab.has_unfinished():
+            lab.step()
+            steps += 1
+        wall = time.perf_counter() - t0
+        lab.stop_recording()
+        text = lab.requests[rid]["text"]
+    finally:
+        lab.shutdown()
+    return {"trace": str(path), "question": ex["question"], "expected": ex["expected"],
+            "wrote": reply(text), "prompt_tokens": prompt.layout.prompt_len, "steps": steps,
+            "wall_s": round(wall, 2)}
+
+
+if __name__ == "__main__":
+    import sys
+
+    from da_lab.engine.env import LOG_TO_STDERR, apply_env
+
+    apply_env(LOG_TO_STDERR)
+    if len(sys.argv) != 3 or sys.argv[1] != "--record":
+        sys.exit("usage: python -m da_lab.training.nl_demo --record TRACE.jsonl.gz")
+    print(json.dumps(record_example(sys.argv[2])))

