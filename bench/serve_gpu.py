@@ -60,8 +60,11 @@ def _server(kind: str, args, port: int, log: Path) -> subprocess.Popen:
     ns = argparse.Namespace(model=args.model, host="127.0.0.1", port=port)
     # No prefix caching: every run measures prefill and decode of its own prompts.
     opts = ["--max-model-len", str(args.max_model_len), "--gpu-memory-utilization", "0.9",
-            "--max-num-seqs", str(max(args.concurrency, 8)), "--no-enable-prefix-caching"]
-    cmd = command(ns, opts, cuda=True)
+            "--max-num-seqs", str(max(args.concurrency, 8)), "--no-enable-prefix-caching",
+            *args.vllm_args]
+    import torch
+
+    cmd = command(ns, opts, cuda=torch.cuda.is_available())
     env = server_env()
     env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     if kind == "stock":
@@ -158,6 +161,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ready-timeout", type=float, default=300.0)
     ap.add_argument("--only", default="stock,da", help="which servers: stock, da")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--vllm-arg", dest="vllm_args", action="append", default=[],
+                    help="one more `vllm serve` option for both servers (repeatable)")
     ap.add_argument("--work", default="/tmp/serve_bench")
     args = ap.parse_args(argv)
     args.num_prompts = args.num_prompts or args.concurrency
