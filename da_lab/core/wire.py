@@ -24,7 +24,8 @@ from da_lab.core.tags import Directive, parse_tag
 EXTRA_LAYOUT = "da_layout"      # SamplingParams.extra_args key: the Layout
 EXTRA_DIRECTOR = "da_director"  # [[output_index, [token ids]], ...] (wire: tag text allowed)
 EXTRA_ID = "da_id"              # the caller's request id (the worker sees an internal one)
-_LAYOUT_KEYS = {"block_size", "head_blocks", "chunk_blocks", "prompt_len"}
+_LAYOUT_KEYS = {"block_size", "head_blocks", "chunk_blocks", "prompt_len", "hidden"}
+_OPTIONAL = {"prompt_len", "hidden"}      # hidden: chunks FOCUS never keeps (the eval's ablation)
 
 
 def layout_to_wire(layout: Layout, *, with_prompt_len: bool = True) -> str:
@@ -61,12 +62,13 @@ def parse_layout(value, prompt_len: int | None = None, *,
         raise ValueError(f"{what} must be a JSON object such as {{\"block_size\": 32, "
                          f"\"head_blocks\": 1, \"chunk_blocks\": [2, 2]}}, not {d!r}")
     unknown = sorted(set(d) - _LAYOUT_KEYS)
-    missing = sorted(_LAYOUT_KEYS - set(d) - {"prompt_len"})
+    missing = sorted(_LAYOUT_KEYS - set(d) - _OPTIONAL)
     if unknown or missing:
         raise ValueError(f"{what}: " + "; ".join(
             ([f"unknown field(s) {', '.join(unknown)}"] if unknown else [])
             + ([f"missing field(s) {', '.join(missing)}"] if missing else []))
-            + f" (fields: {', '.join(sorted(_LAYOUT_KEYS))}; prompt_len is optional)")
+            + f" (fields: {', '.join(sorted(_LAYOUT_KEYS))}; prompt_len and hidden are "
+              "optional)")
     bs, head = _int(d, "block_size", what), _int(d, "head_blocks", what)
     chunks = d["chunk_blocks"]
     if not isinstance(chunks, list) or not chunks:
@@ -90,7 +92,11 @@ def parse_layout(value, prompt_len: int | None = None, *,
                          f"{sum(sizes)} blocks of {bs}), but the prompt has only {n} tokens: "
                          "a chunk lies outside the prompt, or no question (scaffold tail) "
                          "follows the last chunk")
-    return Layout(bs, head, tuple(sizes), n)
+    hidden = d.get("hidden", [])
+    if not isinstance(hidden, list):
+        raise ValueError(f"{what}.hidden must be a list of chunk numbers, not {hidden!r}")
+    hid = tuple(_int({"hidden": c}, "hidden", what) for c in hidden)
+    return Layout(bs, head, tuple(sizes), n, hid)    # Layout checks hidden's range
 
 
 def director_to_wire(tags) -> str:

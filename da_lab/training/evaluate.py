@@ -108,7 +108,11 @@ def _score(tk, s, pid: str, outs: dict, i: int, base_text: str | None) -> dict:
         o = outs.get(f"{i}:{'wrong' if name == 'wrong_tag' else 'hidden'}")
         row[name] = tag if o is not None else None
         row[f"{name}_text"] = None if o is None else o.text
-        row[f"{name}_correct"] = (None if o is None
+        # A run the hook refused ran unmasked: it says nothing about the ablation, so it is
+        # left out of the accuracy and counted apart (summary's refused_runs).
+        refused = o is not None and "da_refused" in o.flags
+        row[f"{name}_refused"] = refused
+        row[f"{name}_correct"] = (None if o is None or refused
                                   else tk.correct(answer_text(o.text, nc)[1], s))
         row[f"{name}_kept_after_tag"] = None if o is None else kept_after_tag(o.rows)
     row["hidden_chunks"] = list(E.needed(s)) if row["hidden_chunk"] else None
@@ -238,8 +242,12 @@ def summary(rows: list[dict]) -> dict:
     kinds = sorted({r["kind"] for r in rows})
     return {**acc(rows),
             "blocks_read_fraction_after_tag": mean(fractions) if fractions else 1.0,
-            "ablation_n": {"wrong_tag": sum(r["wrong_tag"] is not None for r in rows),
-                           "hidden_chunk": sum(r["hidden_chunk"] is not None for r in rows)},
+            "ablation_n": {k: sum(r[f"{k}_correct"] is not None for r in rows)
+                           for k in ("wrong_tag", "hidden_chunk")},
+            "refused_runs": {"da": sum("da_refused" in r["flags"] and not r.get(
+                "wrong_tag_refused") and not r.get("hidden_chunk_refused") for r in rows),
+                **{k: sum(bool(r.get(f"{k}_refused")) for r in rows)
+                   for k in ("wrong_tag", "hidden_chunk")}},
             "wrong_tag_chance": mean(r["wrong_tag_chance"] for r in rows),
             "by_kind": {k: acc([r for r in rows if r["kind"] == k]) for k in kinds}}
 
