@@ -46,10 +46,8 @@ $(CHROMIUM):
 check-env: install
 	$(BIN)/python tools/check_env.py
 
-# Copies of the notebooks (autosave never dirties the committed ones), a page config without
-# JupyterLab's news toast (on JUPYTER_CONFIG_PATH), settings overrides that keep every cell
-# attached (app_settings_dir); the server fetches no news or update checks. The flags are
-# tools/lab_files.py's server_flags (the browser test starts its server with those).
+# Copies of the notebooks (autosave never dirties the committed ones) and a page config without
+# JupyterLab's news toast, on JUPYTER_CONFIG_PATH; the server fetches no news or update checks.
 lab-files: | $(BIN)/python
 	$(BIN)/python tools/lab_files.py notebooks $(LAB_DIR)
 
@@ -58,7 +56,6 @@ lab: install lab-files
 	JUPYTER_CONFIG_PATH=$(abspath $(LAB_DIR))/.da_lab/config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
 	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --ServerApp.root_dir=$(LAB_DIR) \
 	  --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
-	  --LabApp.app_settings_dir=$(abspath $(LAB_DIR))/.da_lab/settings \
 	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 # ruff first: a lint error fails fast, before the 15 minutes of engine and browser tests.

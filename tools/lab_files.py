@@ -19,11 +19,8 @@ The last copied version of each notebook is kept in `<work>/.da_lab/origin/` to 
 The settings: `<work>/.da_lab/config/labconfig/page_config.json` disables JupyterLab's
 news/update plugin (its "get notified about Jupyter news?" toast covers the diagrams); `make lab`
 puts that folder on JUPYTER_CONFIG_PATH, so the learner's own Jupyter settings stay untouched.
-`<work>/.da_lab/settings/overrides.json` (the server's app settings folder) makes the notebook
-attach every cell to the page (windowingMode "none"): JupyterLab's default leaves cells out of
-view unrendered, and a plotly figure drawn or updated there stayed an empty frame. These are
-defaults: a learner's own setting still wins. `server_flags` and `server_env` are the server's
-command line and environment, the same for `make lab` and the browser test.
+`server_flags` and `server_env` are the server's command line and environment: the Makefile's
+`lab` line (tests/test_lab_files.py checks it has every flag) and the browser test's server.
 """
 
 from __future__ import annotations
@@ -34,8 +31,6 @@ import sys
 from pathlib import Path
 
 ANNOUNCEMENTS = "@jupyterlab/apputils-extension:announcements"
-TRACKER = "@jupyterlab/notebook-extension:tracker"
-OVERRIDES = {TRACKER: {"windowingMode": "none"}}
 
 
 def state_dir(work: Path) -> Path:
@@ -47,16 +42,10 @@ def config_dir(work: Path) -> Path:
     return state_dir(work) / "config"
 
 
-def settings_dir(work: Path) -> Path:
-    """The server's app settings folder (--LabApp.app_settings_dir): holds overrides.json."""
-    return state_dir(work) / "settings"
-
-
 def server_flags(work: Path) -> list[str]:
     """`jupyter lab`'s flags for `make lab` (tests/test_lab_files.py checks the Makefile's)."""
     return ["--ip=127.0.0.1", f"--ServerApp.root_dir={work}", "--LabApp.news_url=None",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-            f"--LabApp.app_settings_dir={os.path.abspath(settings_dir(work))}"]
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
 
 
 def server_env(work: Path, env: dict[str, str]) -> dict[str, str]:
@@ -65,33 +54,13 @@ def server_env(work: Path, env: dict[str, str]) -> dict[str, str]:
     return {**env, "JUPYTER_CONFIG_PATH": os.pathsep.join(path)}
 
 
-def _write(path: Path, data: dict) -> Path:
-    text = json.dumps(data, indent=1) + "\n"
+def write_settings(work: Path) -> Path:
+    path = config_dir(work) / "labconfig" / "page_config.json"
+    text = json.dumps({"disabledExtensions": {ANNOUNCEMENTS: True}}, indent=1) + "\n"
     if not path.exists() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return path
-
-
-def _default_overrides() -> dict:
-    """The overrides the server would read from its default app settings folder: ours replace
-    that folder, so whatever an installation put there is carried over."""
-    lab = os.environ.get("JUPYTERLAB_DIR") or os.path.join(sys.prefix, "share", "jupyter", "lab")
-    try:
-        data = json.loads(Path(lab, "settings", "overrides.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def write_settings(work: Path) -> Path:
-    """The page config (news toast off) and the settings overrides (every cell attached)."""
-    overrides = _default_overrides()
-    for plugin, values in OVERRIDES.items():
-        overrides[plugin] = {**(overrides.get(plugin) or {}), **values}
-    _write(settings_dir(work) / "overrides.json", overrides)
-    return _write(config_dir(work) / "labconfig" / "page_config.json",
-                  {"disabledExtensions": {ANNOUNCEMENTS: True}})
 
 
 def _cells(data: bytes) -> list | None:
