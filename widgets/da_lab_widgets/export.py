@@ -197,7 +197,8 @@ def export_trace(trace_path: str | Path, out_dir: str | Path, *, step: int | Non
         from .export_run import write_run
 
         run = indices if steps is not None else list(range(len(tr.records)))
-        written.append(write_run(tr.header, tr.records, run, out / "run.html",
+        written.append(write_run(diagrams_at(tr.header, tr.records, run), tr.header,
+                                 [tr.records[i].step for i in run], out / "run.html",
                                  title=f"da_lab · {Path(trace_path).name}"))
     return written
 

@@ -96,26 +96,24 @@ def _frames(snaps: list[dict]) -> dict:
     return {"data": base["data"], "layout": base["layout"], "frames": frames}
 
 
-def write_run(header: dict, records: list, indices: list[int], path: str | Path,
+def write_run(shown, header: dict, steps: list[int], path: str | Path,
               title: str = "") -> Path:
-    """One HTML page playing records[indices] in every diagram (names as in the export)."""
+    """One HTML page playing every diagram over `shown`: (index, {name: figure}) per step, the
+    figures drawn at that step (export.diagrams_at); `steps` are their engine step numbers."""
     from plotly.offline import get_plotlyjs
 
-    from .export import diagrams_at
-
     snaps: dict[str, list[dict]] = {}
-    for _i, figures in diagrams_at(header, records, indices):
+    for _i, figures in shown:
         for name, fig in figures.items():
             snaps.setdefault(name, []).append(_snapshot(fig))
     figs = [{"id": f"da-fig-{name}", **_frames(s)} for name, s in snaps.items()]
     prov = header.get("provenance") or {}
-    steps = [records[i].step for i in indices]
     page = _PAGE.format(
         title=html.escape(title or "da_lab run"),
         subtitle=html.escape(f"{prov.get('vllm', '?')} on {prov.get('device', '?')}, model "
                              f"{prov.get('model_name') or prov.get('model', '?')}: steps "
                              f"{steps[0]}–{steps[-1]}, every value from the trace"),
-        plotly=get_plotlyjs(), last=len(indices) - 1,
+        plotly=get_plotlyjs(), last=len(steps) - 1,
         divs="\n".join(f'<div class="da-figure" id="{f["id"]}"></div>' for f in figs),
         figs=json.dumps(figs, separators=(",", ":")).replace("</", "<\\/"),
         steps=json.dumps(steps))
