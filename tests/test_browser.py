@@ -69,11 +69,9 @@ def lab(tmp_path_factory, request):
         yield server, browser
         browser.close()
     server.stop()
-    report = request.config.pluginmanager.get_plugin("terminalreporter")
-    if report is not None:
-        report.write_line("")
-        for s in shots:
-            report.write_line(f"browser screenshot: {s}")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled():     # printed even when the tests pass
+        print("", *(f"browser screenshot: {s}" for s in shots), sep="\n")
 
 
 def _shot(page, name: str, *, element: str | None = None) -> None:
