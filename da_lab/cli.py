@@ -173,7 +173,10 @@ def cmd_export(args) -> int:
     """Headless export of the four diagrams and the blocks-read chart (kaleido + Chromium)."""
     from da_lab_widgets.export import main_export
 
-    return main_export([args.trace, "--out", args.out])
+    argv = [args.trace, "--out", args.out]
+    argv += ["--step", str(args.step)] if args.step is not None else []
+    argv += ["--steps", args.steps] if args.steps is not None else []
+    return main_export(argv + (["--animate"] if args.animate else []))
 
 
 def _eval_args(args) -> tuple[dict, str | None]:
@@ -326,6 +329,12 @@ def main(argv: list[str] | None = None) -> int:
     e = sub.add_parser("export", help="write every diagram of a trace as PNG, SVG and HTML")
     e.add_argument("trace")
     e.add_argument("--out", required=True, help="output folder")
+    which = e.add_mutually_exclusive_group()
+    which.add_argument("--step", type=int, metavar="N", help="at engine step N (default: last)")
+    which.add_argument("--steps", metavar="A:B", help="PNG and SVG of steps A to B, inclusive, "
+                                                      "one folder per step")
+    e.add_argument("--animate", action="store_true", help="also run.html: every diagram, one "
+                                                          "frame per step, one player")
     e.set_defaults(fn=cmd_export)
     r = sub.add_parser("replay", help="print a recorded trace like `demo` (no vLLM needed)")
     r.add_argument("file")
@@ -345,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
     args.rest = rest
     try:
-        return args.fn(args)
+        code = args.fn(args)
+        sys.stdout.flush()      # inside the try: a reader gone by now is a broken pipe too
+        return code
     except BrokenPipeError:
         # `da-lab replay ... | head`: the reader left; no traceback. Point stdout at devnull so
         # the interpreter's final flush doesn't raise again (Python's documented recipe).

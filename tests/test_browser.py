@@ -1,124 +1,228 @@
-"""The real thing in a real browser: JupyterLab on localhost, the DA-hook notebook run in
-headless Chromium (Debian's, driven by Playwright), Play pressed, FOCUS pressed, a block hovered.
+"""The real thing in a real browser: JupyterLab started with `make lab`'s flags and settings
+(tools/lab_files.py), the tour and the DA-hook notebook run live in headless Chromium (Debian's,
+driven by Playwright) at 1366 x 768 with the file browser open. What is checked is read from the
+page: plotly's data in each graph and the marks its SVG drew, the texts on screen, element
+boxes and font sizes. Screenshots go to work/screenshots/ (git-ignored); their paths are
+printed at the end of the run.
 """
 
-import os
-import secrets
-import socket
-import subprocess
-import sys
+from __future__ import annotations
+
+import shutil
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
+from browser_lab import (
+    ROOT,
+    Server,
+    chart_points,
+    code_cells,
+    drawn,
+    launch,
+    layout,
+    open_notebook,
+    run_cells,
+    stderr_in_cell,
+    step_shown,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOK = "04_da_hook.ipynb"
-CHROMIUM = os.environ.get("BROWSER_PATH", "/usr/bin/chromium")
-SHOTS = ROOT / "out"
+WINDOW = {"width": 1366, "height": 768}
+SHOTS = ROOT / "work" / "screenshots"
+TOUR, HOOK = "00_tour.ipynb", "04_da_hook.ipynb"
 
+# Everything the test clicks or reads, in one place (the widgets' CSS classes).
+PLAY = ".da-play button"                      # the player's ▶ / ⏸ (Play's first button)
+PAUSED = ".da-play button i.fa-play"          # ▶ shown: not playing
+DIAGRAMS = {"1 skeleton": ".da-skeleton", "2 blocks": ".da-blocks",
+            "3 metadata path": ".da-metadata-path", "4 DA hook": ".da-dahook"}
+STEER = ".da-steer-focus button, button.da-steer-focus"
+STREAM = ".da-stream"
+CHART, CHART_TRACE = ".da-blocks-chart", "blocks read"
+BLOCKS_READ = ".da-blocks-read"
+GRID_POINT = ".da-blocks .scatterlayer .trace:last-child .point"   # the physical cache
+HIGHLIGHT = ".da-highlight"
+SCROLLER = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer"
+MIN_FONT, MIN_MARK_FONT = 11, 9     # px: any text; a block id inside its square
+# 04's request, for this test: no scripted tags and room for a late steer, so a drop in blocks
+# read comes from the FOCUS button alone.
+HOOK_EDITS = {"tags=SEED_TAGS": "tags=[]", "max_tokens=40": "max_tokens=120"}
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+shots: list[str] = []
 
 
 @pytest.fixture(scope="module")
-def jupyter(tmp_path_factory):
-    root = tmp_path_factory.mktemp("nb")
-    # A copy (outputs never reach the repo) whose request has no scripted tags: any drop in
-    # blocks read then comes from the FOCUS button alone.
-    text = (ROOT / "notebooks" / NOTEBOOK).read_text()
-    # Room for a slow machine: the FOCUS tag still fits when the steer lands late.
-    assert "tags=SEED_TAGS" in text and "max_tokens=40" in text
-    (root / NOTEBOOK).write_text(text.replace("tags=SEED_TAGS", "tags=[]")
-                                 .replace("max_tokens=40", "max_tokens=120"))
-    port, token = _free_port(), secrets.token_hex(16)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_ENABLE_V1_MULTIPROCESSING="0")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-         "--LabApp.expose_app_in_browser=True", "--allow-root"],
-        stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "w"), env=env)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(120):
-        try:
-            urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("JupyterLab did not start: " + (root / "server.log").read_text()[-2000:])
-    yield url, token
-    proc.terminate()
-    proc.wait(timeout=30)
-
-
-def _text(page, cls: str) -> str:
-    return page.locator(f".{cls}").first.inner_text(timeout=180_000)
-
-
-def test_da_hook_notebook_in_chromium(jupyter):
+def lab(tmp_path_factory, request):
+    work = tmp_path_factory.mktemp("lab") / "work"
+    work.mkdir()
+    shutil.copy(ROOT / "notebooks" / TOUR, work / TOUR)
+    text = (ROOT / "notebooks" / HOOK).read_text()
+    for old, new in HOOK_EDITS.items():
+        assert old in text, f"{HOOK} no longer has {old!r}: adapt HOOK_EDITS"
+        text = text.replace(old, new)
+    (work / HOOK).write_text(text)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    server = Server(work)
     from playwright.sync_api import sync_playwright
 
-    url, token = jupyter
-    SHOTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
-        page = browser.new_page(viewport={"width": 1500, "height": 2200})
-        page.goto(f"{url}/lab/tree/{NOTEBOOK}?token={token}")
-        page.wait_for_function("window.jupyterapp && window.jupyterapp.shell", timeout=120_000)
-        page.wait_for_selector(".jp-Notebook", timeout=120_000)
-        page.wait_for_function(  # the kernel is up before the cells are sent
-            "(() => { const w = window.jupyterapp.shell.currentWidget;"
-            " const k = w && w.sessionContext && w.sessionContext.session"
-            " && w.sessionContext.session.kernel; return k && k.status === 'idle'; })()",
-            timeout=120_000)
-        page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
-        # The player appears once the kernel has started a live engine and drawn step 0.
-        page.wait_for_selector(".da-play", timeout=300_000)
-        first = _text(page, "da-step-counter")
-        # JupyterLab only renders what is near the viewport: bring the chart into view.
-        page.locator(".da-blocks-chart").first.scroll_into_view_if_needed(timeout=60_000)
-        points_before = page.locator(".da-blocks-chart .scatterlayer .point").count()
-
-        page.locator(".da-play button").first.click()          # Play
-        page.wait_for_function(
-            f"document.querySelector('.da-step-counter').innerText !== {first!r}",
-            timeout=120_000)
-        assert _text(page, "da-step-counter") != first
-        # Clicking ▶ scrolled the page back up; the chart draws its new points once in view
-        # (on a loaded 2-core machine that can take seconds, so poll rather than sleep).
-        page.locator(".da-blocks-chart").first.scroll_into_view_if_needed(timeout=60_000)
-        page.wait_for_function(
-            "document.querySelectorAll('.da-blocks-chart .scatterlayer .point').length > "
-            f"{points_before}", timeout=60_000)
-
-        # Pause (Play's one button toggles), then steer: on a loaded 2-core machine a running
-        # Play could otherwise finish the request before the click reaches the kernel.
-        page.locator(".da-play button").first.click()
-        page.wait_for_selector(".da-play button i.fa-play", timeout=60_000)
-        n0 = int(_text(page, "da-blocks-read").split(":")[1])
-        page.locator(".da-steer-focus button, button.da-steer-focus").first.click()   # FOCUS
-        page.wait_for_function(
-            "document.querySelector('.da-steer-status').innerText.includes('the director writes"
-            " <focus')", timeout=60_000)
-        page.locator(".da-play button").first.click()          # Play on: the tag is written
-        page.wait_for_function(
-            "(() => { const t = document.querySelector('.da-blocks-read').innerText;"
-            f" return parseInt(t.split(':')[1]) < {n0}; }})()", timeout=180_000)
-
-        # Hover a block id in the block-table row: its physical slot lights up.
-        point = page.locator(".da-blocks .scatterlayer .point").first
-        box = point.bounding_box()
-        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-        page.wait_for_function(
-            "document.querySelector('.da-highlight').innerText.includes('physical')",
-            timeout=60_000)
-        page.screenshot(path=str(SHOTS / "browser_da_hook.png"), full_page=True)
+        browser = launch(p)
+        yield server, browser
         browser.close()
+    server.stop()
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled():     # printed even when the tests pass
+        print("", *(f"browser screenshot: {s}" for s in shots), sep="\n")
+
+
+def _shot(page, name: str, *, element: str | None = None) -> None:
+    path = SHOTS / f"{name}.png"
+    if element is None:
+        page.screenshot(path=str(path))
+    else:
+        # The whole diagram at the window's width: a taller viewport for the picture only.
+        page.set_viewport_size({"width": WINDOW["width"], "height": 2600})
+        page.locator(element).first.screenshot(path=str(path))
+        page.set_viewport_size(WINDOW)
+    shots.append(str(path))
+
+
+def _start(page, server, name: str) -> None:
+    """Open `name` (file browser shown), run its first two code cells (the source, the
+    diagrams) and wait for the player; no stderr under the first, no news toast."""
+    open_notebook(page, server, name)
+    cells = code_cells(page)
+    run_cells(page, cells[:2])
+    page.wait_for_selector(PLAY, timeout=300_000)
+    assert stderr_in_cell(page, cells[0]) == [], "the first cell printed to stderr"
+    assert page.get_by_text("Jupyter news").count() == 0, "the news toast is showing"
+
+
+def _play_until(page, steps: int, timeout: float = 180) -> int:
+    """Press ▶ and wait until the counter moved `steps` on; returns the step shown."""
+    start = step_shown(page) or 0
+    page.locator(PLAY).first.click()
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        now = step_shown(page)
+        if now is not None and now >= start + steps:
+            return now
+        page.wait_for_timeout(250)
+    raise AssertionError(f"the player did not move {steps} steps from {start} in {timeout} s")
+
+
+def _pause(page) -> int:
+    page.locator(PLAY).first.click()
+    page.wait_for_selector(PAUSED, timeout=60_000)
+    page.wait_for_timeout(1500)          # the last tick's redraw reaches the page
+    return step_shown(page)
+
+
+def _assert_drawn(page, name: str, sel: str) -> None:
+    graphs = [g for root in drawn(page, sel)[:1] for g in root]
+    assert graphs, f"diagram {name}: no plotly graph on the page"
+    for k, g in enumerate(graphs):
+        assert sum(g["points"]) > 0 and g["marks"] > 0, f"diagram {name}, graph {k}: {g}"
+        assert g["xrange"] != [-1, 6], f"diagram {name}, graph {k}: plotly's empty axes"
+
+
+def _assert_fits(page) -> None:
+    for name, sel in DIAGRAMS.items():
+        for m in layout(page, sel):
+            assert m["n_overflow"] == 0, f"diagram {name} overflows its cell: {m}"
+            assert m["min_font"] >= MIN_FONT, f"diagram {name}: text below {MIN_FONT} px: {m}"
+            assert m["min_mark_font"] >= MIN_MARK_FONT, f"diagram {name}: {m}"
+
+
+def _scroll(page, to: str) -> None:
+    page.evaluate(f"document.querySelector('{SCROLLER}').scrollTop = "
+                  + ("0" if to == "top" else "1e9"))
+
+
+def _shutdown_kernels(page) -> None:
+    page.evaluate("window.jupyterapp.serviceManager.sessions.shutdownAll()")
+
+
+def test_tour_draws_every_diagram_while_playing(lab):
+    server, browser = lab
+    page = browser.new_page(viewport=WINDOW)
+    _start(page, server, TOUR)
+    _assert_fits(page)
+    _shot(page, "tour_1366x768_start")
+    _play_until(page, 3)
+    for name, sel in DIAGRAMS.items():
+        _assert_drawn(page, name, sel)
+    # A figure updated while out of view shows the current step when it comes back.
+    _scroll(page, "bottom")
+    page.wait_for_timeout(500)
+    before = step_shown(page)
+    t0 = time.monotonic()
+    while step_shown(page) < before + 3 and time.monotonic() - t0 < 120:
+        page.wait_for_timeout(250)
+    step = _pause(page)
+    _scroll(page, "top")
+    page.locator(PLAY).first.scroll_into_view_if_needed()
+    page.wait_for_function(
+        "([sel, step]) => [...document.querySelectorAll(sel + ' .annotation-text')]"
+        ".some(e => e.textContent.startsWith('step ' + step + ':'))",
+        arg=[DIAGRAMS["1 skeleton"], step], timeout=30_000)
+    _shot(page, "tour_1366x768_played")
+    for name, sel in DIAGRAMS.items():
+        _shot(page, f"tour_{name.replace(' ', '_')}", element=sel)
+    _shutdown_kernels(page)
+    page.close()
+
+
+def test_da_hook_steer_mid_run_and_a_second_tab(lab):
+    server, browser = lab
+    page = browser.new_page(viewport=WINDOW)
+    _start(page, server, HOOK)
+    _assert_fits(page)
+    page.locator(CHART).first.scroll_into_view_if_needed()
+    _play_until(page, 2)
+    for name in ("2 blocks", "4 DA hook"):
+        _assert_drawn(page, name, DIAGRAMS[name])
+    read = chart_points(page, CHART, CHART_TRACE)
+    assert len(read) >= 2, read
+    # Steer while it plays: the tag appears in the stream and blocks read per step drops.
+    page.locator(STEER).first.click()
+    page.wait_for_function("(sel) => document.querySelector(sel).innerText.includes('<focus')",
+                           arg=STREAM, timeout=180_000)
+    page.wait_for_function(
+        "([sel, name, top]) => { const gd = document.querySelector(sel + ' .js-plotly-plot');"
+        " const t = (gd.data || []).find(t => t.name === name);"
+        " return t && t.y.length && t.y[t.y.length - 1] < top; }",
+        arg=[CHART, CHART_TRACE, max(read)], timeout=180_000)
+    label = page.locator(BLOCKS_READ).first.inner_text()
+    assert int(label.split(":")[1].split()[0]) < max(read), label
+    step = _pause(page)
+    _shot(page, "da_hook_1366x768_steered")
+    # Hover a block of the physical cache: its id is followed across the diagrams.
+    point = page.locator(GRID_POINT).first
+    point.scroll_into_view_if_needed()
+    box = point.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.wait_for_function(f"document.querySelector('{HIGHLIGHT}').innerText"
+                           ".includes('physical')", timeout=60_000)
+
+    # A second tab on the same live kernel draws the figures as they are now.
+    page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
+    page.wait_for_timeout(1000)
+    mine = chart_points(page, CHART, CHART_TRACE)
+    other = browser.new_page(viewport=WINDOW)
+    open_notebook(other, server, HOOK)
+    other.locator(CHART).first.scroll_into_view_if_needed(timeout=120_000)
+    other.wait_for_function(
+        "([sel, name, n]) => { const gd = document.querySelector(sel + ' .js-plotly-plot');"
+        " const t = gd && (gd.data || []).find(t => t.name === name);"
+        " return t && t.y && t.y.length === n; }",
+        arg=[CHART, CHART_TRACE, len(mine)], timeout=120_000)
+    assert chart_points(other, CHART, CHART_TRACE) == mine
+    for name in ("2 blocks", "4 DA hook"):
+        _assert_drawn(other, name, DIAGRAMS[name])
+    assert step_shown(other) == step
+    _shot(other, "da_hook_second_tab")
+    other.close()
+    for name in ("2 blocks", "4 DA hook"):
+        _shot(page, f"da_hook_{name.replace(' ', '_')}", element=DIAGRAMS[name])
+    _shutdown_kernels(page)
+    page.close()

@@ -31,7 +31,9 @@ def trace():
 
 
 def _texts(fig) -> str:
-    return "\n".join(a.text or "" for a in fig.layout.annotations)
+    """Every annotation's text, a line break read as the space it replaced (the diagrams wrap
+    their text to fit 11 px type in 900 px)."""
+    return "\n".join((a.text or "").replace("<br>", " ") for a in fig.layout.annotations)
 
 
 def _focus_step(trace) -> int:
@@ -99,6 +101,49 @@ def test_one_backend_is_computed_from_the_skeleton(trace):
     assert ans2.startswith("<p><b>No:</b>") and "OTHER_BACKEND" in ans2
 
 
+@pytest.mark.parametrize("name", ["seed_cpu.jsonl.gz", "h200_8b_64k.jsonl.gz"])
+def test_diagrams_1_and_3_fit_900_px_at_11_px(name):
+    """The drawing fits the notebook at 1366 x 768 with the file browser open (the browser test
+    measures the page): 900 px wide, every text 11 px or more, every slot's text inside its box
+    at a wide font's width (CHAR_PX per character)."""
+    from da_lab_widgets import skeleton as sk
+    from da_lab_widgets.skeleton_view import text_width
+
+    tr = load(ROOT / "traces" / name)
+    for d in (SkeletonDiagram(tr.header), MetadataPathDiagram(tr.header)):
+        d.show(tr.records, len(tr.records) - 1)
+        fig = d.figure
+        assert fig.layout.width <= 900
+        assert fig.layout.xaxis.range[1] <= fig.layout.width - 20
+        sizes = [a.font.size for a in fig.layout.annotations if a.text]
+        assert min(sizes) >= 11, sizes
+        for sh in fig.layout.shapes:
+            if sh.type == "rect":
+                assert 0 <= sh.x0 < sh.x1 <= fig.layout.xaxis.range[1], sh
+    d = SkeletonDiagram(tr.header)
+    boxes = [s for s in d.figure.layout.shapes if s.type == "rect" and s.layer == "below"
+             and s.fillcolor in (sk.SLOT_FILL, sk.IO_FILL)]
+    for box in boxes:
+        note = next(a for a in d.figure.layout.annotations
+                    if abs(a.x - (box.x0 + box.x1) / 2) < 1e-6
+                    and abs(a.y - (box.y0 + box.y1) / 2) < 1e-6)
+        assert text_width(note.text, sk.CHAR_PX) <= box.x1 - box.x0, note.text
+
+
+def test_wrap_label_keeps_every_word_and_tag():
+    from da_lab_widgets.skeleton_view import wrap_label
+
+    label = ("<b>rotary_emb</b><br>RotaryEmbedding → forward_native [native torch]<br>"
+             "<i>one instance, shared by all layers</i>")
+    out = wrap_label(label, 20)
+    lines = out.split("<br>")
+    assert all(len(x.replace("<b>", "").replace("</b>", "").replace("<i>", "")
+                   .replace("</i>", "")) <= 20 for x in lines), lines
+    assert out.replace("<br>", " ").replace("</i> <i>", " ") == label.replace("<br>", " ")
+    assert lines[1:4] == ["RotaryEmbedding", "→ forward_native", "[native torch]"]
+    assert wrap_label("short", 20) == "short"
+
+
 # ---- diagram 3 -------------------------------------------------------------------------------
 
 def test_metadata_path_packet_carries_the_steps_values(trace):
@@ -109,10 +154,13 @@ def test_metadata_path_packet_carries_the_steps_values(trace):
     hl = Highlight()
     d = MetadataPathDiagram(trace.header, hl)
     # The last box is the impl the skeleton names (its title may wrap at a capital letter).
-    assert impl in _texts(d.figure).replace("<br>", "")
+    assert impl in "".join(a.text or "" for a in d.figure.layout.annotations).replace("<br>", "")
 
+    # The packet starts on the DA hook's box: there the full and the kernel's values differ.
     d.show(trace.records, i)
-    assert d.frame == 0 and d.figure.data[0].x[0] == d._x(0)
+    assert d.frame == d.hook_frame and d.figure.data[0].x[0] == d._x(d.hook_frame)
+    card = d.figure.layout.annotations[d._card].text
+    assert f"seq_len {h.seq_len} → {h.attn_seq_len}" in card
     hover = d.figure.data[0].hovertext[0]
     full = step_values(rec)["seq_lens_full"]
     assert full[h.row] == h.seq_len
@@ -124,20 +172,28 @@ def test_metadata_path_packet_carries_the_steps_values(trace):
     assert f"blocks staged {len(h.staged_row)}" in values
     assert f"blocks read {h.blocks_read}" in values
 
-    # Showing the same step again moves the packet one box on; a pass wraps around.
-    d.show(trace.records, i)
-    assert d.frame == 1 and d.figure.data[0].x[0] == d._x(1)
-    d.show(trace.records, i, frame=d.hook_frame)
-    card = d.figure.layout.annotations[d._card].text
-    assert f"seq_len {h.seq_len} → {h.attn_seq_len}" in card
-    d.show(trace.records, i, frame=len(d.stages) - 1)
+    # ◀ ▶ move the packet within the step, wrapping around; the label says where it is.
+    for _ in range(len(d.stages) - 1 - d.hook_frame):
+        d.next()
+    assert d.frame == len(d.stages) - 1 and d.step_i == i
     card = d.figure.layout.annotations[d._card].text
     assert impl in card
     assert f"reads {h.blocks_read} of {len(h.staged_row)} blocks" in card
-    d.show(trace.records, i)
-    assert d.frame == 0                          # wrapped: the next pass
+    assert f"box {len(d.stages)} of {len(d.stages)}" in d.stepper_label.value
+    d.next()
+    assert d.frame == 0 and d.figure.data[0].x[0] == d._x(0)
+    d.prev()
+    assert d.frame == len(d.stages) - 1
+    # The next step keeps the box the learner chose; the values are the new step's.
     d.show(trace.records, i + 1)
-    assert d.frame == 0 and d.step_i == i + 1    # a new step starts at the first box
+    assert d.frame == len(d.stages) - 1 and d.step_i == i + 1
+    assert f"<b>step {trace.records[i + 1].step} ·" in d.figure.layout.annotations[d._card].text
+    d.show(trace.records, i, frame=d.hook_frame)
+    assert d.frame == d.hook_frame
+    # Every box is drawn inside the 900 px figure, in data order (the packet's path).
+    xs = [d._pos(k) for k in range(len(d.stages))]
+    assert len(set(xs)) == len(xs)
+    assert all(0 <= x <= 880 for x, _ in xs)
 
     # The shared highlight: a staged block the kernel skips is reported as hidden.
     hidden = next(b for b in h.staged_row.tolist() if b not in h.read_row.tolist())

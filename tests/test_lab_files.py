@@ -82,8 +82,9 @@ def test_make_lab_command_line(tmp_path):
     assert dry.returncode == 0, dry.stderr
     server = dry.stdout[dry.stdout.index("JUPYTER_CONFIG_PATH="):]
     assert f"JUPYTER_CONFIG_PATH={lf.config_dir(work)}" in server
-    for flag in (f"--ServerApp.root_dir={work}", "--ip=127.0.0.1", "--LabApp.news_url=None",
-                 "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"):
+    # The browser test starts its server with server_flags/server_env: the same as make lab.
+    assert lf.server_env(work, {})["JUPYTER_CONFIG_PATH"] == str(lf.config_dir(work))
+    for flag in lf.server_flags(work):
         assert flag in server
     assert not re.search(r"token=|password=|disable_check_xsrf", server)
     assert f"tools/lab_files.py notebooks {work}" in dry.stdout

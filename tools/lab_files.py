@@ -19,11 +19,14 @@ The last copied version of each notebook is kept in `<work>/.da_lab/origin/` to 
 The settings: `<work>/.da_lab/config/labconfig/page_config.json` disables JupyterLab's
 news/update plugin (its "get notified about Jupyter news?" toast covers the diagrams); `make lab`
 puts that folder on JUPYTER_CONFIG_PATH, so the learner's own Jupyter settings stay untouched.
+`server_flags` and `server_env` are the server's command line and environment: the Makefile's
+`lab` line (tests/test_lab_files.py checks it has every flag) and the browser test's server.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -37,6 +40,18 @@ def state_dir(work: Path) -> Path:
 def config_dir(work: Path) -> Path:
     """The folder `make lab` puts on JUPYTER_CONFIG_PATH."""
     return state_dir(work) / "config"
+
+
+def server_flags(work: Path) -> list[str]:
+    """`jupyter lab`'s flags for `make lab` (tests/test_lab_files.py checks the Makefile's)."""
+    return ["--ip=127.0.0.1", f"--ServerApp.root_dir={work}", "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+
+
+def server_env(work: Path, env: dict[str, str]) -> dict[str, str]:
+    """env with config_dir(work) first on JUPYTER_CONFIG_PATH."""
+    path = [os.path.abspath(config_dir(work))] + [p for p in [env.get("JUPYTER_CONFIG_PATH")] if p]
+    return {**env, "JUPYTER_CONFIG_PATH": os.pathsep.join(path)}
 
 
 def write_settings(work: Path) -> Path:

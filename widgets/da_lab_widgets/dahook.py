@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 from da_lab.core.record import RequestStep, StepRecord
 from da_lab.core.tags import Directive, Mode, parse_tag, tag_text
 
+from .figure import LiveFigure
 from .highlight import Highlight
 from .rows import HL, MASKED, NONE, Pusher, RequestView, phys_row
 from .series import Series
@@ -111,7 +112,7 @@ class DAHookDiagram:
 
     # ---- static parts ----------------------------------------------------------------------
     def _build_row(self) -> go.FigureWidget:
-        fig = go.FigureWidget(layout=dict(
+        fig = LiveFigure(layout=dict(
             width=_W, height=96, margin=dict(l=10, r=10, t=24, b=6), showlegend=False,
             plot_bgcolor="white", hovermode="closest",
             title=dict(text="", font=dict(size=12), x=0.01, xanchor="left"),
@@ -124,7 +125,7 @@ class DAHookDiagram:
         return fig
 
     def _build_chart(self) -> go.FigureWidget:
-        fig = go.FigureWidget(layout=dict(
+        fig = LiveFigure(layout=dict(
             width=_W, height=220, margin=dict(l=50, r=10, t=30, b=40), plot_bgcolor="white",
             title=dict(text="blocks read per step", font=dict(size=12), x=0.01, xanchor="left"),
             xaxis=dict(title="engine step", showgrid=True, gridcolor="#eee"),
@@ -174,10 +175,11 @@ class DAHookDiagram:
         sw = '<span style="color:{}">■</span>'.format
         chunk_sw = "".join(sw(c) for r, c in seen.items() if r.startswith("C"))
         self.key.value = (
-            f"<small>{sw(seen.get('scaffold', seen.get('prompt', NONE)))} S scaffold + sink · "
+            f"<span style='font-size:11px'>"
+            f"{sw(seen.get('scaffold', seen.get('prompt', NONE)))} S scaffold + sink · "
             f"{chunk_sw} chunks {chunks} · {sw(seen.get('tail', NONE))} Q question (scaffold "
             f"tail) · {sw(seen.get('response', NONE))} R response · {sw(MASKED)} masked "
-            f"(hidden from the kernel this step)</small>")
+            f"(hidden from the kernel this step)</span>")
         if lay is not None and not self.chunk_picker.options:
             names = [f"C{k}" for k in range(1, lay.n_chunks + 1)]
             self.chunk_picker.options = names
@@ -262,8 +264,9 @@ class DAHookDiagram:
             at = b
         out.append(_visible(text[at:]))
         return ('<div style="font-family:monospace;white-space:pre-wrap;border:1px solid #ddd;'
-                'padding:4px 6px;max-height:7em;overflow:auto"><small style="color:#888">'
-                f"response of {html.escape(self.req or '')} after this step:</small><br>"
+                'padding:4px 6px;max-height:7em;overflow:auto">'
+                '<span style="color:#888;font-size:11px">'
+                f"response of {html.escape(self.req or '')} after this step:</span><br>"
                 + "".join(out) + "</div>")
 
     @staticmethod
@@ -276,8 +279,9 @@ class DAHookDiagram:
             body = _visible(buf) if buf else '<span style="color:#aaa">(empty)</span>'
             box = "border:1px solid #999"
         return (f'<div style="{box};padding:4px 8px;margin-left:12px;font-family:monospace;'
-                f'min-width:16em"><small style="color:#888">tag buffer (hook, before this '
-                f"step's token)</small><br>{body}</div>")
+                'min-width:16em"><span style="color:#888;font-size:11px">tag buffer (hook, '
+                'before this '
+                f"step's token)</span><br>{body}</div>")
 
     @staticmethod
     def _lamp_html(mode: str, on: bool) -> str:

@@ -31,20 +31,31 @@ from .skeleton_view import (
     STEP_LINE,
     SkeletonView,
     _order,
-    _plain,
     _section,
     attention_backends,
     slot_hover,
     slot_label,
+    text_width,
+    wrap_label,
 )
 
 # ---------------------------------------------------------------------------------------------
 # the figure
 
-W_LEFT, X0, X1, W_NOTE = 0.0, 1.9, 12.0, 16.6     # group labels | slot boxes | step note
+# x is in pixels of the plot area. FIG_W fits JupyterLab's notebook at 1366 x 768 with the file
+# browser open (its output cells are ~930 px wide there); every text is 11 px or more.
+FIG_W = 900
+PLOT_W = FIG_W - 20
+W_LEFT, X0, X1 = 0.0, 108.0, 650.0   # group labels | slot boxes | arrow, then the step note
+NOTE_X = X1 + 34
 PX = 60                       # pixels per y unit
 LINE = 15 / PX                # one text line of a slot box
 GAP = 0.22                    # between rows
+FONT = 11                     # the smallest text the diagram draws
+CHAR_PX = 6.6                 # a character of 11 px text, wide (DejaVu Sans), for fitting
+BOX_PAD = 14                  # inside a box, left + right
+LABEL_CHARS = 28              # a slot box's lines are wrapped at this many characters
+NOTE_CHARS = int((PLOT_W - NOTE_X - 10) / CHAR_PX)    # the step note's
 
 
 def _lines(label: str) -> int:
@@ -91,6 +102,7 @@ class SkeletonDiagram:
         self.answer = widgets.HTML("")
         self.widget = widgets.VBox([self.figure, widgets.HBox(list(self.buttons.values())),
                                     self.status, self.answer])
+        self.widget.add_class("da-skeleton")
         self._thread: threading.Thread | None = None
 
     # ---- drawing -------------------------------------------------------------------------
@@ -124,15 +136,16 @@ class SkeletonDiagram:
                 for r, i in zip(roles, idx, strict=True):
                     if g.roles[r][0].get("slot") == "attention":
                         attn.append(i)
-                        if anchor is None or y > anchor[1]:
+                        if anchor is None or shapes[i]["y1"] > anchor[1]:
                             # the top edge: the arrow then runs along the row gap, over no text
-                            anchor = (shapes[i]["x1"] - 0.15, y + h)
+                            anchor = (shapes[i]["x1"] - 8, shapes[i]["y1"])
                 y += h + GAP
             g_y1 = y - GAP + 0.12
-            groups_rects.append(dict(type="rect", x0=W_LEFT + 0.05, x1=X1 + 0.08, y0=g_y0,
+            groups_rects.append(dict(type="rect", x0=W_LEFT + 2, x1=X1 + 5, y0=g_y0,
                                      y1=g_y1, fillcolor=GROUP_FILL, layer="below",
                                      line=dict(color="#555", width=1.5)))
-            notes.append(dict(x=(W_LEFT + X0) / 2, y=(g_y0 + g_y1) / 2, text=g.label,
+            notes.append(dict(x=(W_LEFT + X0) / 2, y=(g_y0 + g_y1) / 2,
+                              text=wrap_label(g.label, int((X0 - W_LEFT - 12) / 7.2)),
                               showarrow=False, font=dict(size=12, color="#333")))
             y += 0.12 + GAP
         for s in v.above:
@@ -143,11 +156,11 @@ class SkeletonDiagram:
             fill=IO_FILL, dash="dot")
         top = y + h_io
         # One arrow up the side: the hidden states flow bottom to top through every slot.
-        notes.append(dict(x=X1 + 0.3, y=top, ax=X1 + 0.3, ay=0, xref="x", yref="y",
+        notes.append(dict(x=X1 + 14, y=top, ax=X1 + 14, ay=0, xref="x", yref="y",
                           axref="x", ayref="y", text="", showarrow=True, arrowhead=2,
                           arrowwidth=1.5, arrowcolor="#aaa"))
-        notes.append(dict(x=X1 + 0.45, y=top / 2, text="hidden states flow up", textangle=-90,
-                          showarrow=False, font=dict(size=11, color="#999")))
+        notes.append(dict(x=X1 + 24, y=top / 2, text="hidden states flow up", textangle=-90,
+                          showarrow=False, font=dict(size=FONT, color="#777")))
         # The group frames go first, under everything; shift the box indices accordingly.
         shapes = groups_rects + shapes
         self._attn_boxes = [i + len(groups_rects) for i in attn]
@@ -155,13 +168,13 @@ class SkeletonDiagram:
         title, caption = _title_and_caption(sk, prov, v)
         notes.append(dict(x=0, y=0, xref="paper", yref="paper", xanchor="left",
                           yanchor="top", yshift=-12, text="<br>".join(caption),
-                          showarrow=False, align="left", font=dict(size=11, color="#444")))
+                          showarrow=False, align="left", font=dict(size=FONT, color="#444")))
         # Last annotation: the step note (filled by show()).
         ax, ay = anchor or (X1, top / 2)
-        notes.append(dict(x=ax, y=ay, ax=X1 + 0.75, ay=ay + GAP / 2, xref="x", yref="y", axref="x",
-                          ayref="y", xanchor="left", text="(no step shown yet)",
+        notes.append(dict(x=ax, y=ay, ax=NOTE_X, ay=ay + GAP / 2, xref="x", yref="y",
+                          axref="x", ayref="y", xanchor="left", text="(no step shown yet)",
                           showarrow=True, arrowhead=2, arrowcolor=STEP_LINE, align="left",
-                          font=dict(size=11, color=STEP_LINE), bgcolor="white",
+                          font=dict(size=FONT, color=STEP_LINE), bgcolor="white",
                           bordercolor=STEP_LINE, borderwidth=1))
         return _figure(go, shapes, notes, (canvas.hx, canvas.hy, canvas.htext), title,
                        len(caption), top)
@@ -170,18 +183,20 @@ class SkeletonDiagram:
     def step_text(self, rec: StepRecord) -> str:
         md = rec.metadata
         if md is None:
-            return (f"<b>step {rec.step}</b>: no attention metadata recorded<br>"
-                    "(no DA request was built this step)")
+            return wrap_label(f"<b>step {rec.step}</b>: no attention metadata recorded<br>"
+                              "(no DA request was built this step)", NOTE_CHARS)
         qsl = md.query_start_loc.tolist() if md.query_start_loc is not None else [0]
         n_tok = qsl[-1] - qsl[0]
         n_req = max(len(qsl) - 1, 0)
         impls = sorted({k[1] for k in attention_backends(self.skeleton)})
-        return (f"<b>step {rec.step}</b>: attention call<br>"
-                f"backend <b>{md.backend}</b> ({', '.join(impls)})<br>"
-                f"{n_tok} query token{'s' if n_tok != 1 else ''} from {n_req} "
-                f"request{'s' if n_req != 1 else ''}<br>"
-                f"query_start_loc {_short(qsl)}<br>seq_lens (kernel) {_short(md.seq_lens)}"
-                f"<br>× {len(self._attention_names())} attention layers, same metadata")
+        s = "s" if n_tok != 1 else ""
+        text = (f"<b>step {rec.step}</b>: attention call<br>"
+                f"backend <b>{md.backend}</b><br>({', '.join(impls)})<br>"
+                f"{n_tok} query token{s} from {n_req} request{'s' if n_req != 1 else ''}<br>"
+                f"query_start_loc {_short(qsl, 4)}<br>"
+                f"seq_lens (kernel) {_short(md.seq_lens, 4)}<br>"
+                f"× {len(self._attention_names())} attention layers, same metadata")
+        return wrap_label(text, NOTE_CHARS)
 
     def _attention_names(self) -> list[str]:
         return [s["name"] for s in self.skeleton["slots"] if s.get("slot") == "attention"]
@@ -243,32 +258,46 @@ class _Canvas:
         self.shapes, self.notes = [], []
         self.hx, self.hy, self.htext = [], [], []
 
-    def box(self, x0, x1, y0, h, label, hover, fill=SLOT_FILL, dash=None, size=11):
+    def box(self, x0, x1, y0, h, label, hover, fill=SLOT_FILL, dash=None):
         self.shapes.append(dict(type="rect", x0=x0, x1=x1, y0=y0, y1=y0 + h, fillcolor=fill,
                                 layer="below",
                                 line=dict(color=SLOT_LINE, width=1.2, dash=dash)))
         self.notes.append(dict(x=(x0 + x1) / 2, y=y0 + h / 2, text=label, showarrow=False,
-                               font=dict(size=size, color="#222"), align="center"))
+                               font=dict(size=FONT, color="#222"), align="center"))
         self.hx.append((x0 + x1) / 2)
         self.hy.append(y0 + h / 2)
         self.htext.append(hover)
         return len(self.shapes) - 1, len(self.notes) - 1
 
     def row(self, items, y0):
-        """items: [(role, parts, hover)] side by side across the slot column; returns
-        (shape indices, row height)."""
+        """items: [(role, parts, hover)] side by side across the slot column, in as many
+        lines of boxes (stacked upwards, in data-flow order) as their text needs; returns
+        (shape indices, total height)."""
         labels = [slot_label(r, p) + ("<br><i>one instance, shared by all layers</i>"
                                       if r in self.v.shared else "") for r, p, _ in items]
-        h = max(map(_lines, labels)) * LINE + 0.16
-        # Widths follow the longest text line of each box, so long class names fit.
-        need = [max(12, *(len(_plain(x)) for x in lab.split("<br>"))) for lab in labels]
-        x, idx = X0, []
-        for (_, _, hover), lab, nd in zip(items, labels, need, strict=True):
-            w = (X1 - X0) * nd / sum(need)
-            idx.append(self.box(x + 0.04, x + w - 0.04, y0, h, lab, hover,
-                                size=10 if len(items) > 2 else 11)[0])
-            x += w
-        return idx, h
+
+        def needs(labels):     # widths follow the longest text line of each box
+            return [max(12 * CHAR_PX, text_width(lab, CHAR_PX)) + BOX_PAD for lab in labels]
+
+        need = needs(labels)
+        if sum(need) > X1 - X0:     # too wide on one line: wrap the text, then the boxes
+            labels = [wrap_label(lab, LABEL_CHARS) for lab in labels]
+            need = needs(labels)
+        lines: list[list[int]] = [[]]
+        for k, nd in enumerate(need):
+            if lines[-1] and sum(need[j] for j in lines[-1]) + nd > X1 - X0:
+                lines.append([])
+            lines[-1].append(k)
+        idx, y = [], y0
+        for line in lines:
+            h = max(_lines(labels[k]) for k in line) * LINE + 0.16
+            x, total = X0, sum(need[k] for k in line)
+            for k in line:
+                w = (X1 - X0) * need[k] / total
+                idx.append(self.box(x + 3, x + w - 3, y, h, labels[k], items[k][2])[0])
+                x += w
+            y += h + GAP
+        return idx, y - GAP - y0
 
 
 def _wrap(text: str, width: int) -> list[str]:
@@ -310,23 +339,27 @@ def _title_and_caption(sk: dict, prov: dict, v) -> tuple[str, list[str]]:
         f"custom ops {comp.get('custom_ops')} → enabled "
         f"{', '.join(comp.get('enabled_custom_ops') or []) or 'none'}; fusion passes on: "
         f"{', '.join(fus) or 'none'}.")
-    caption = [ln for c in caption for ln in _wrap(c, 200)]
-    return title, caption
+    caption = [ln for c in caption for ln in _wrap(c, int(PLOT_W / CHAR_PX))]
+    return wrap_label(title, int(PLOT_W / 8.6)), caption     # the title: 14 px
 
 
 def _figure(go, shapes, notes, hovers, title: str, n_caption: int, top: float):
     """The FigureWidget: invisible hover markers on the slot boxes, the shapes and notes."""
+    from .figure import LiveFigure
+
     hx, hy, htext = hovers
     hover = go.Scatter(x=hx, y=hy, mode="markers", hoverinfo="text", hovertext=htext,
                        marker=dict(size=30, opacity=0), showlegend=False, name="slots")
     cap_px = 16 * n_caption + 20
-    fig = go.FigureWidget(data=[hover])
+    top_px = 32 + 19 * _lines(title)
+    fig = LiveFigure(data=[hover])
     fig.update_layout(
-        title=dict(text=title, x=0.01, font=dict(size=14)), shapes=shapes,
-        annotations=notes, height=int(PX * (top + 0.3)) + 50 + cap_px, width=1250,
+        title=dict(text=title, x=0.01, y=1 - 12 / (PX * (top + 0.3) + top_px + cap_px),
+                   yanchor="top", font=dict(size=14)), shapes=shapes,
+        annotations=notes, height=int(PX * (top + 0.3)) + top_px + cap_px, width=FIG_W,
         plot_bgcolor="white", paper_bgcolor="white",
-        margin=dict(l=10, r=10, t=50, b=cap_px),
-        xaxis=dict(range=[-0.1, W_NOTE], visible=False, fixedrange=True),
+        margin=dict(l=10, r=10, t=top_px, b=cap_px),
+        xaxis=dict(range=[0, PLOT_W], visible=False, fixedrange=True),
         yaxis=dict(range=[-0.15, top + 0.15], visible=False, fixedrange=True),
-        hoverlabel=dict(align="left", font=dict(size=11)))
+        hoverlabel=dict(align="left", font=dict(size=FONT)))
     return fig

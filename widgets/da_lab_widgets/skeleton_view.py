@@ -186,3 +186,46 @@ def attention_backends(sk: dict) -> dict[tuple, list[str]]:
             key = (s.get("backend"), s.get("impl"), s.get("sliding_window"))
             out.setdefault(key, []).append(s["name"])
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# fitting text into boxes (plotly draws text as it is given: it never wraps)
+
+_PAIR = re.compile(r"^<(b|i)>(.*)</\1>$")
+_BREAKS = re.compile(r" (?=→ |\[|\()")     # preferred break points: before "→", "[", "("
+
+
+def _wrap_plain(line: str, width: int) -> list[str]:
+    """Break one line into pieces of at most `width` characters: at its preferred points first
+    (before "→", "[" or "("), then between words; a longer word stays whole."""
+    units: list[str] = []
+    for seg in _BREAKS.split(line):
+        units += [seg] if len(_plain(seg)) <= width else seg.split(" ")
+    out: list[str] = []
+    for u in units:
+        if out and len(_plain(out[-1])) + 1 + len(_plain(u)) <= width:
+            out[-1] += " " + u
+        else:
+            out.append(u)
+    return out
+
+
+def wrap_label(label: str, width: int) -> str:
+    """`label` (plotly's HTML subset, lines joined by <br>) with every line longer than
+    `width` characters broken into several; a line wrapped whole in <b>/<i> keeps it on each
+    piece."""
+    lines = []
+    for line in label.split("<br>"):
+        if len(_plain(line)) <= width:
+            lines.append(line)
+            continue
+        m = _PAIR.match(line)
+        tag, inner = (m[1], m[2]) if m and "<" not in m[2] else (None, line)
+        pieces = _wrap_plain(inner, width)
+        lines += [f"<{tag}>{p}</{tag}>" for p in pieces] if tag else pieces
+    return "<br>".join(lines)
+
+
+def text_width(label: str, px_per_char: float) -> float:
+    """Estimated pixel width of the longest line of `label`."""
+    return max(len(_plain(x)) for x in label.split("<br>")) * px_per_char
