@@ -5,8 +5,9 @@
 
 Starts JupyterLab on localhost (as tests/test_browser.py does) and opens a one-cell notebook in
 headless Chromium (Playwright). For each trace in traces/ and each diagram (and for the pair
-notebook 04 shows, da_hook + blocks), the kernel builds a Player over a TraceSource; then the
-page presses Step once per recorded step and measures, per step:
+notebook 04 shows, da_hook + blocks; and for a Player with no diagram at all, the floor: its
+step counter, slider and Play, the kernel's busy/idle), the kernel builds a Player over a
+TraceSource; then the page presses Step once per recorded step and measures, per step:
   - e2e_ms: from the click to the first animation frame after the step is on screen (the step
     counter shows the new step and no plotly event came after it): the click's trip to the
     kernel, the kernel's redraw, the messages back, plotly.js's redraw, layout and paint;
@@ -39,8 +40,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("BROWSER_PATH", "/usr/bin/chromium")
-SETS = {"skeleton": ["skeleton"], "blocks": ["blocks"], "metadata_path": ["metadata_path"],
-        "da_hook": ["da_hook"], "pair_04": ["da_hook", "blocks"]}
+SETS = {"player_only": [], "skeleton": ["skeleton"], "blocks": ["blocks"],
+        "metadata_path": ["metadata_path"], "da_hook": ["da_hook"],
+        "pair_04": ["da_hook", "blocks"]}
 MAKE = {"skeleton": "SkeletonDiagram(src.header, hl)", "blocks": "BlocksDiagram(src.header, hl)",
         "metadata_path": "MetadataPathDiagram(src.header, hl)",
         "da_hook": "DAHookDiagram(src.header, hl)"}
@@ -266,6 +268,8 @@ def main() -> None:
     ap.add_argument("--sets", nargs="*", default=list(SETS), choices=list(SETS))
     ap.add_argument("--steps", type=int, default=None, help="at most this many steps per run")
     ap.add_argument("--no-play", action="store_true")
+    ap.add_argument("--width", type=int, default=1440)
+    ap.add_argument("--height", type=int, default=900)
     args = ap.parse_args()
     traces = [p for p in sorted((ROOT / "traces").glob("*.jsonl.gz"))
               if not args.traces or p.name.startswith(tuple(args.traces))]
@@ -274,7 +278,7 @@ def main() -> None:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=[
             "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync"])
-        page = browser.new_page(viewport={"width": 1500, "height": 2400})
+        page = browser.new_page(viewport={"width": args.width, "height": args.height})
         cdp = page.context.new_cdp_session(page)
         cdp.send("Performance.enable")
         wire = Wire(page)
@@ -299,7 +303,8 @@ def main() -> None:
     doc = {"command": " ".join(["python", *sys.argv]), "machine": platform.machine(),
            "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
            "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-           "browser": f"{CHROMIUM} (headless, --disable-gpu), viewport 1500x2400", "rows": rows}
+           "browser": f"{CHROMIUM} (headless, --disable-gpu), viewport {args.width}x{args.height}",
+           "rows": rows}
     if args.out:
         args.out.write_text(json.dumps(doc, indent=1) + "\n")
 

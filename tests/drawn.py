@@ -53,7 +53,7 @@ def hover(fig, name: str, j: int) -> str | None:
     z = t.z[0]
     if j >= len(z) or z[j] is None:
         return None
-    return _render(t.hovertemplate, t.x0 + j * t.dx, t.customdata[0][j])
+    return _render(t.hovertemplate, t.x0 + j * t.dx, None, t.text[0][j])
 
 
 def grid_hover(fig, p: int, cols: int) -> str | None:
@@ -61,7 +61,7 @@ def grid_hover(fig, p: int, cols: int) -> str | None:
     r, c = divmod(p, cols)
     if t.z[r][c] is None:
         return None
-    return _render(t.hovertemplate, c, t.customdata[r][c], t.text[r][c])
+    return _render(t.hovertemplate, c, t.customdata[r][c])
 
 
 def grid_colors(fig, n: int, cols: int) -> list[str]:

@@ -113,10 +113,10 @@ def test_da_hook_notebook_in_chromium(jupyter):
             "(() => { const t = document.querySelector('.da-blocks-read').innerText;"
             f" return parseInt(t.split(':')[1]) < {n0}; }})()", timeout=180_000)
 
-        # Hover a block id in the block-table row: its physical slot lights up.
-        point = page.locator(".da-blocks .scatterlayer .point").first
-        box = point.bounding_box()
-        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        # Hover a block id in the block-table row: its physical slot lights up. The rows are
+        # runs under a per-block hover layer: block 0 of the staged row (b), the middle row.
+        rows = page.locator('.da-blocks .nsewdrag[data-subplot="xy"]').first.bounding_box()
+        page.mouse.move(rows["x"] + 3, rows["y"] + rows["height"] / 2)
         page.wait_for_function(
             "document.querySelector('.da-highlight').innerText.includes('physical')",
             timeout=60_000)

@@ -59,12 +59,8 @@ _Y = {"logical": 3, "staged": 2, "kernel": 1}
 _FULL = 0.84          # bar height of a full logical block (row pitch is 1)
 _SQ = 0.36            # half height of a staged / kernel block
 _HOVER_HINT = "hover a block to follow it through every panel"
-_TEMPLATES = {
-    "logical": "logical %{x} (%{customdata[0]}) → physical %{customdata[1]}",
-    "staged": "staged[%{x}] = physical %{customdata[0]} (logical %{x}, %{customdata[1]})",
-    "kernel": "kernel row %{x}: physical %{customdata[0]} (logical %{customdata[1]}, "
-              "%{customdata[2]}): %{customdata[3]}",
-}
+_TEMPLATES = {"logical": "logical %{x} %{text}", "staged": "staged[%{x}] = %{text}",
+              "kernel": "kernel row %{x}: %{text}"}
 
 
 class BlocksDiagram:
@@ -231,11 +227,13 @@ class BlocksDiagram:
                                  "x1": last[1] + 0.5, "y0": round(y - _FULL / 2, 3),
                                  "y1": round(y - _FULL / 2 + fill_y, 3), "fillcolor": color,
                                  "line": {"color": "#bbbbbb", "width": 1}})
-        lay["yaxis.ticktext"] = [f"(a) logical blocks · seq_len {h.seq_len}",
+        # the tick labels change only with the rows (a new label can move plotly's margins and
+        # redraw everything); what moves every step is in the title
+        lay["yaxis.ticktext"] = [f"(a) logical blocks · {total}",
                                  f"(b) staged row (append_row) · {ns}",
                                  f"(c) built_row → kernel · reads {len(built)}"]
         lay["title.text"] = (
-            f"step {rec.step} · {html.escape(v.req)} · {h.mode} · "
+            f"step {rec.step} · {html.escape(v.req)} · {h.mode} · seq_len {h.seq_len}: "
             f"{total} blocks, last {fill}/{bs} full · kernel reads {len(built)} blocks, "
             f"attention seq_len {h.attn_seq_len}")
 
@@ -261,12 +259,14 @@ class BlocksDiagram:
             runs = rows[key][:-1] if key == "logical" else rows[key]   # the last: shapes
             out[f"{key} runs"] = run_bars(runs, _Y[key], half, self._cell, line=line)
         reg = v.regions
-        out["logical"] = hover_data([[reg[j], staged[j] if j < ns else "–"]
+        out["logical"] = hover_data([f"({reg[j]}) → physical {staged[j] if j < ns else '–'}"
                                      for j in range(total)], n)
-        out["staged"] = hover_data([[p, reg[j]] for j, p in enumerate(staged)], n)
+        out["staged"] = hover_data([f"physical {p} (logical {j}, {reg[j]})"
+                                    for j, p in enumerate(staged)], n)
         out["kernel"] = hover_data(
-            [[p, "–" if lb is None else lb, reg[lb] if lb is not None and lb < n else "",
-              "read" if read else "hidden, not read"] for p, lb, read in order], n)
+            [f"physical {p} (logical {'–' if lb is None else lb}, "
+             f"{reg[lb] if lb is not None and lb < n else ''}): "
+             f"{'read' if read else 'hidden, not read'}" for p, lb, read in order], n)
         return out
 
     def _logical_runs(self, total: int, staged: list[int], fill: int) -> list[Run]:

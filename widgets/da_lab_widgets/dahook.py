@@ -125,9 +125,7 @@ class DAHookDiagram:
         fig.add_bar(**rn.bar_layer("row runs"))
         fig.add_scatter(name="labels", x=[], y=[], mode="text", text=[], hoverinfo="skip",
                         textfont=dict(size=9, color=[]))
-        fig.add_heatmap(**rn.hover_layer(
-            "row", 0, "logical %{x} (%{customdata[0]}) → physical %{customdata[1]}: "
-                      "%{customdata[2]}"))
+        fig.add_heatmap(**rn.hover_layer("row", 0, "logical %{x} %{text}"))
         fig.data[2].on_hover(self._hovered)
         return fig
 
@@ -350,8 +348,8 @@ class DAHookDiagram:
             runs.append(rn.Run(a, b, keys[a][0], v.inks[a] if a in kept else "#888",
                                first if first == last else f"{first}–{last}"))
         self._phys = staged[: min(ns, total)]
-        hover = [[v.regions[j], staged[j] if j < ns else "–",
-                  "read" if j in kept else "masked, not read"] for j in range(total)]
+        hover = [f"({v.regions[j]}) → physical {staged[j] if j < ns else '–'}: "
+                 f"{'read' if j in kept else 'masked, not read'}" for j in range(total)]
         self._row_upd = {0: rn.run_bars(runs, 0, 0.44, self._cell),
                          1: rn.labels([(runs, 0)], self._cell), 2: rn.hover_data(hover, n)}
         return self._row_upd, {"shapes": self._marks(), "title.text": title}

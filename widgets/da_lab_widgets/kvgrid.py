@@ -27,19 +27,21 @@ def grid_scale() -> list:
 
 def add_grid(fig: go.FigureWidget, num_blocks: int, cols: int, rows: int) -> None:
     """The grid's heatmap on axes x2/y2 (row r, column c is physical block r * cols + c)."""
-    ids = [[str(r * cols + c) for c in range(cols)] for r in range(rows)]
+    labelled = num_blocks <= GRID_LABELS
+    ids = [[str(r * cols + c) for c in range(cols)] for r in range(rows)] if labelled else None
+    # hover from customdata, the ids in the cells from text (texttemplate reads no customdata)
     fig.add_heatmap(name="grid", z=[[None] * cols for _ in range(rows)], text=ids,
                     customdata=[[""] * cols for _ in range(rows)], xaxis="x2", yaxis="y2",
                     zmin=-0.5, zmax=len(GRID_PALETTE) - 0.5, xgap=2, ygap=2,
                     colorscale=grid_scale(), showscale=False, hoverongaps=False,
-                    hovertemplate="physical %{text}: %{customdata}<extra></extra>",
-                    texttemplate="%{text}" if num_blocks <= GRID_LABELS else None,
+                    hovertemplate="%{customdata}<extra></extra>",
+                    texttemplate="%{text}" if labelled else None,
                     textfont=dict(size=9, color="#333"))
 
 
 def grid_cells(blocks: dict[int, dict], num_blocks: int, cols: int, rows: int,
                owner_code) -> tuple[list, list, list[str]]:
-    """z (colour codes), the hover words of each cell, and the owners in order of appearance,
+    """z (colour codes), the hover text of each cell, and the owners in order of appearance,
     for the KV map `blocks` ({id: {"owners", "cached"}}; an absent block is free)."""
     z = [[None] * cols for _ in range(rows)]
     what = [[""] * cols for _ in range(rows)]
@@ -58,12 +60,13 @@ def grid_cells(blocks: dict[int, dict], num_blocks: int, cols: int, rows: int,
                 if x not in owners_now:
                     owners_now.append(x)
             z[r][c] = codes[o]
-            what[r][c] = ", ".join(owners) + (" (in prefix cache)" if cached else "")
+            what[r][c] = (f"physical {p}: {', '.join(owners)}"
+                          + (" (in prefix cache)" if cached else ""))
         elif cached:
             # freed but still holding a prefix-cache hash: a later prompt can reuse it
-            z[r][c], what[r][c] = 1, "free, prefix-cached (reusable)"
+            z[r][c], what[r][c] = 1, f"physical {p}: free, prefix-cached (reusable)"
         else:
-            z[r][c], what[r][c] = 0, "free"
+            z[r][c], what[r][c] = 0, f"physical {p}: free"
     return z, what, owners_now
 
 

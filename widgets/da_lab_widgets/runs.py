@@ -113,19 +113,23 @@ def labels(rows: list[tuple[list[Run], float]], cell_px: float) -> dict:
 def hover_layer(name: str, y: float, template: str, *, xaxis: str = "x",
                 yaxis: str = "y") -> dict:
     """Arguments of `fig.add_heatmap` for a transparent one-row hover layer on row y: cell j
-    is slot j (x0=0, dx=1). Fill `z` (None: no block there, no hover) and `customdata`."""
-    return dict(name=name, z=[[]], customdata=[[]], x0=0, dx=1, y0=y, dy=1, xaxis=xaxis,
+    is slot j (x0=0, dx=1). Fill `z` (None: no block there, no hover) and `text`.
+
+    One flat list of strings per layer, not nested customdata: after every update plotly's
+    widget deep-copies and compares every array of the figure (getFullData, _sendTraceDeltas),
+    so each element costs the page time on every tick, changed or not."""
+    return dict(name=name, z=[[]], text=[[]], x0=0, dx=1, y0=y, dy=1, xaxis=xaxis,
                 yaxis=yaxis, zmin=0, zmax=1, zsmooth="fast", showscale=False,
                 colorscale=[[0, CLEAR], [1, CLEAR]], hoverongaps=False,
                 hovertemplate=template + "<extra></extra>")
 
 
-def hover_data(custom: list, n: int) -> dict:
-    """z and customdata of a hover layer for n slots: a cell per slot; slots past `custom`
-    (or whose entry is None) have no block and no hover."""
-    z = [1 if j < len(custom) and custom[j] is not None else None for j in range(n)]
-    cd = [custom[j] if j < len(custom) and custom[j] is not None else "" for j in range(n)]
-    return {"z": [z], "customdata": [cd]}
+def hover_data(texts: list, n: int) -> dict:
+    """z and text of a hover layer for n slots: a cell per slot; slots past `texts` (or whose
+    text is None) have no block and no hover."""
+    z = [1 if j < len(texts) and texts[j] is not None else None for j in range(n)]
+    tx = [texts[j] if j < len(texts) and texts[j] is not None else "" for j in range(n)]
+    return {"z": [z], "text": [tx]}
 
 
 def point_slot(points) -> int | None:
