@@ -261,7 +261,9 @@ def _task_s(cdp) -> float:
 
 def main() -> None:
     from playwright.sync_api import sync_playwright
+    from widgets_cpu import code_version
 
+    load0 = os.getloadavg()[0]
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--traces", nargs="*", default=None, help="trace name prefixes")
@@ -300,8 +302,9 @@ def main() -> None:
                       flush=True)
             rows.append(row)
         browser.close()
-    doc = {"command": " ".join(["python", *sys.argv]), "machine": platform.machine(),
-           "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
+    doc = {"command": " ".join(["python", *sys.argv]), "code": code_version(),
+           "machine": platform.machine(), "cpus": os.cpu_count(),
+           "load_avg_1m_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)],
            "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "browser": f"{CHROMIUM} (headless, --disable-gpu), viewport {args.width}x{args.height}",
            "rows": rows}

@@ -123,7 +123,20 @@ def unchanged_tick(path: Path, meter: ByteMeter) -> dict:
     return out
 
 
+def code_version() -> str:
+    """The commit of the code measured (+ "-dirty" when the widgets differ from it)."""
+    import subprocess
+
+    def git(*a):
+        return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True,
+                              text=True).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("-dirty" if git("status", "--porcelain", "widgets") else "")
+
+
 def main() -> None:
+    load0 = os.getloadavg()[0]
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -133,8 +146,9 @@ def main() -> None:
     rows = [time_trace(p, meter) for p in paths]
     for p, r in zip(paths, rows, strict=True):
         r["unchanged_tick_bytes"] = unchanged_tick(p, meter)
-    doc = {"command": " ".join(["python", *sys.argv]), "machine": platform.machine(),
-           "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
+    doc = {"command": " ".join(["python", *sys.argv]), "code": code_version(),
+           "machine": platform.machine(), "cpus": os.cpu_count(),
+           "load_avg_1m_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)],
            "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "note": "per-step statistics leave out step 0 (the first draw); bytes are the JSON "
                    "of the widget comm messages plus binary buffers",
