@@ -15,7 +15,8 @@ from da_lab_widgets import (
     TraceSource,
     kv_state,
 )
-from da_lab_widgets.rows import CACHED, FREE, HL, MASKED
+from da_lab_widgets.rows import CACHED, FLASH, FREE, HL, MASKED
+from drawn import grid_colors, grid_hover, hover, marked, per_block, trace
 
 from da_lab.core.record import StepRecord
 from da_lab.trace import load
@@ -38,12 +39,14 @@ def _req(rec, rid):
     return next(h for h in rec.requests if h.req == rid)
 
 
-def _hover(fig, trace_index: int, point: int) -> None:
-    """What the browser sends when the mouse rests on a point of a FigureWidget trace."""
+def _hover(fig, name: str, x: int, y=0) -> None:
+    """What the browser sends when the mouse rests on cell (x, y) of a FigureWidget heatmap
+    (a hover layer or the grid): plotly.js gives a heatmap point as [row, column]."""
+    k = next(n for n, t in enumerate(fig.data) if t.name == name)
+    row = 0 if name != "grid" else y
     fig._js2py_pointsCallback = {
         "event_type": "plotly_hover", "device_state": None, "selector": None,
-        "points": {"xs": [0], "ys": [0], "point_indexes": [point],
-                   "trace_indexes": [trace_index]}}
+        "points": {"xs": [x], "ys": [y], "point_indexes": [[row, x]], "trace_indexes": [k]}}
 
 
 def test_kv_state_equals_a_full_replay_forward_and_backward(source):
@@ -88,8 +91,9 @@ def test_diagrams_draw_each_records_values(source):
             assert ("da-lamp-on" in lamp._dom_classes) == (mode == h.mode)
         trapped = any(e["kind"] == "tag_trapped" for e in h.events)
         assert ("da-flash" in hook.tag_buffer._dom_classes) == trapped
-        row = hook.figure.data[0].marker.color
+        row = per_block(hook.figure, "row")            # the runs drawn, block by block
         kept = set(h.kept.tolist())
+        assert sorted(row) == list(range(h.blocks_total))
         for lb in range(h.blocks_total):
             assert (row[lb] == MASKED) == (lb not in kept)
         assert str(rec.metadata.backend) in hook.bands["kernel"].value
@@ -97,30 +101,34 @@ def test_diagrams_draw_each_records_values(source):
         # diagram 2: staged row, the builder's row, logical fill, the physical grid
         staged, built = h.staged_row.tolist(), h.read_row.tolist()
         n_built = len(built)
-        staged_text = blocks.figure.data[blocks._index["staged"]].text
-        kernel_text = blocks.figure.data[blocks._index["kernel"]].text
-        assert list(staged_text[: len(staged)]) == [str(p) for p in staged]
-        assert list(kernel_text[:n_built]) == [str(p) for p in built]
+        fig = blocks.figure
+        # every slot's physical id, as its hover names it
+        assert [hover(fig, "staged", j).split(" = physical ")[1].split(" ")[0]
+                for j in range(len(staged))] == [str(p) for p in staged]
         hidden = [staged[lb] for lb in range(h.blocks_total) if lb not in kept]
-        assert list(kernel_text[n_built:n_built + len(hidden)]) == [str(p) for p in hidden]
-        kc = blocks.figure.data[blocks._index["kernel"]].marker.color
-        assert all(c == MASKED for c in kc[n_built:n_built + len(hidden)])
-        fill = blocks.figure.data[blocks._index["logical"]].y
+        assert [hover(fig, "kernel", j).split("physical ")[1].split(" ")[0]
+                for j in range(n_built + len(hidden))] == [str(p) for p in built + hidden]
+        kc = per_block(fig, "kernel")
+        assert all(kc[j] == MASKED for j in range(n_built, n_built + len(hidden)))
+        assert all(kc[j] != MASKED for j in range(n_built))
+        # the last logical block is filled to seq_len
         bs = source.header["provenance"]["block_size"]
         last = h.seq_len - (h.blocks_total - 1) * bs
-        assert fill[h.blocks_total - 1] == pytest.approx(fill[0] * last / bs)
-        grid = blocks.figure.data[blocks._index["grid"]].marker.color
+        frame = next(sh for sh in fig.layout.shapes if sh.name == "logical frame")
+        filled = next(sh for sh in fig.layout.shapes if sh.name == "logical last")
+        assert frame.x0 + 0.5 == h.blocks_total - 1
+        assert (filled.y1 - filled.y0) == pytest.approx((frame.y1 - frame.y0) * last / bs,
+                                                        abs=2e-3)
+        n_blocks = source.header["provenance"]["num_blocks"]
         state = kv_state(source.header, recs, i)
         expect = [blocks.owner_color(state[p]["owners"][0]) if p in state and state[p]["owners"]
                   else CACHED if p in state and state[p]["cached"] else FREE
-                  for p in range(source.header["provenance"]["num_blocks"])]
-        assert list(grid) == expect
+                  for p in range(n_blocks)]
+        assert grid_colors(fig, n_blocks, blocks.cols) == expect
         # append_row: a block new in this step's row flashes in the grid
         before = _req(recs[i - 1], rid).staged_row if i else None
         prev = set(before.tolist()) if before is not None else set()
-        widths = blocks.figure.data[blocks._index["grid"]].marker.line.width
-        for p in set(staged) - prev:
-            assert widths[p] > 1
+        assert set(staged) - prev <= marked(fig, "grid mark", FLASH, blocks.cols)
 
     print(f"\nper-step update, both diagrams: median {median(ms):.1f} ms, max {max(ms):.1f} ms "
           f"(first {ms[0]:.1f} ms) over {len(ms)} steps")
@@ -141,23 +149,28 @@ def test_highlight_outlines_one_physical_block_everywhere(source):
 
     hl.set(p)
     assert blocks.label.value == f"block {p}: logical {lb} of {h.req}, physical slot {p}"
-    staged = blocks.figure.data[blocks._index["staged"]].marker.line
-    assert staged.color[lb] == HL and [k for k, c in enumerate(staged.color) if c == HL] == [lb]
-    assert blocks.figure.data[blocks._index["grid"]].marker.line.color[p] == HL
-    kernel = blocks.figure.data[blocks._index["kernel"]].marker.line
-    assert kernel.color[h.read_row.tolist().index(p)] == HL
-    assert hook.figure.data[0].marker.line.color[lb] == HL
+    fig, cols = blocks.figure, blocks.cols
+    assert marked(fig, "staged mark", HL) == {lb}
+    assert marked(fig, "grid mark", HL, cols) == {p}
+    assert marked(fig, "kernel mark", HL) == {h.read_row.tolist().index(p)}
+    assert marked(hook.figure, "row mark", HL) == {lb}
 
     # hovering the grid cell of another block moves the highlight in both diagrams
     q = int(h.staged_row[0])
-    _hover(blocks.figure, blocks._index["grid"], q)
+    assert grid_hover(fig, q, cols).startswith(f"physical {q}: ")
+    _hover(fig, "grid", q % cols, q // cols)
     assert hl.block == q and hl.source == "blocks"
-    assert hook.figure.data[0].marker.line.color[0] == HL
-    assert hook.figure.data[0].marker.line.color[lb] != HL
+    assert marked(hook.figure, "row mark", HL) == {0}
     assert blocks.label.value.startswith(f"block {q}: logical 0 of {h.req}")
     # ... and hovering the DA row's block lb sets its physical id
-    _hover(hook.figure, 0, lb)
+    assert hover(hook.figure, "row", lb).startswith(f"logical {lb} (")
+    _hover(hook.figure, "row", lb)
     assert hl.block == p and hl.source == "dahook"
+    # ... and so does hovering slot lb of the staged row
+    hl.set(None)
+    _hover(fig, "staged", lb, 2)
+    assert hl.block == p and hl.source == "blocks"
+    assert trace(fig, "staged").hovertemplate.startswith("staged[%{x}]")
 
 
 def test_player_follows_its_slider_play_and_step(source):

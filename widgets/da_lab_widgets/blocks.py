@@ -22,19 +22,31 @@ from da_lab.core.record import RequestStep, StepRecord
 
 from .figure import LiveFigure
 from .highlight import Highlight
+from .kvgrid import GRID_PALETTE, add_grid, grid_cells, kv_quiet
 from .rows import (
     CACHED,
     FLASH,
-    FREE,
     HL,
     MASKED,
-    NONE,
     OWNERS,
     RESPONSE,
     Pusher,
     RequestView,
     kernel_row,
     phys_row,
+)
+from .runs import (
+    LABEL_PX,
+    Run,
+    bar_layer,
+    hover_data,
+    hover_layer,
+    id_range,
+    labels,
+    mark_runs,
+    point_slot,
+    run_bars,
+    spans,
 )
 from .source import first_request, kv_state, request_in
 
@@ -46,11 +58,19 @@ _GRID_PX = 27         # one cell of (d)
 _GAP_PX = 46          # between the rows and the grid (room for the grid's caption)
 _Y = {"logical": 3, "staged": 2, "kernel": 1}
 _FULL = 0.84          # bar height of a full logical block (row pitch is 1)
+_SQ = 0.36            # half height of a staged / kernel block
 _HOVER_HINT = "hover a block to follow it through every panel"
+_TEMPLATES = {"logical": "logical %{x} %{text}", "staged": "staged[%{x}] = %{text}",
+              "kernel": "kernel row %{x}: %{text}"}
 
 
 class BlocksDiagram:
-    """`show(records, i)` draws record i; `.widget` is the diagram, `.figure` the FigureWidget."""
+    """`show(records, i)` draws record i; `.widget` is the diagram, `.figure` the FigureWidget.
+
+    Rows (a)-(c) are runs (runs.py): one bar per run of alike blocks, a transparent hover
+    layer per row that names each block and its physical slot. The grid (d) is a heatmap, one
+    cell per physical block. What moves every step is layout: the title, the last logical
+    block's fill, the outlines (highlight, appended this step), all shapes."""
 
     name = "blocks"
 
@@ -66,10 +86,14 @@ class BlocksDiagram:
         self.owner_colors: dict[str, str] = {}
         self._records: list | None = None
         self._i: int | None = None
-        self._phys = {"logical": [], "staged": [], "kernel": [], "grid": []}
+        self._phys: dict[str, list] = {"logical": [], "staged": [], "kernel": []}
         self._flash: set[int] = set()
-        self._base_lines: dict[str, tuple[list, list]] = {}
+        self._shapes: list[dict] = []      # the last block's fill this step (marks on top)
         self._grid_owners: list[str] | None = None
+        self._grid_at: tuple[list, int] | None = None     # (records, i) the grid shows
+        self._rows_key: tuple | None = None
+        self._rows: dict[str, dict] = {}
+        self._last_run: Run | None = None
 
         self.cols = math.ceil(math.sqrt(self.num_blocks))
         self.grid_rows = math.ceil(self.num_blocks / self.cols)
@@ -83,92 +107,64 @@ class BlocksDiagram:
 
     # ---- the static figure -----------------------------------------------------------------
     def _build_figure(self) -> go.FigureWidget:
-        rows_px = 3 * _ROW_PX
         grid_px = self.grid_rows * _GRID_PX
-        plot_h = rows_px + _GAP_PX + grid_px
-        plot_w = _W - _M["l"] - _M["r"]
-        self._plot_w = plot_w
+        plot_h = 3 * _ROW_PX + _GAP_PX + grid_px
+        self._plot_w = plot_w = _W - _M["l"] - _M["r"]
         prov = self.header.get("provenance") or {}
-        g = self.num_blocks
-        gx = [p % self.cols for p in range(g)]
-        gy = [p // self.cols for p in range(g)]
-        cell = _GRID_PX * 0.88
+        g, cols, rows = self.num_blocks, self.cols, self.grid_rows
         fig = LiveFigure(layout=dict(
             width=_W, height=plot_h + _M["t"] + _M["b"], margin=_M, showlegend=False,
-            plot_bgcolor="white", barmode="overlay", hovermode="closest",
+            plot_bgcolor="white", hovermode="closest", barmode="overlay",
             title=dict(text="", font=dict(size=13), x=0.01, xanchor="left"),
             xaxis=dict(domain=[0, 1], range=[-0.5, 0.5], visible=False, fixedrange=True),
             yaxis=dict(domain=[(grid_px + _GAP_PX) / plot_h, 1], range=[0.45, 3.55],
                        tickvals=[3, 2, 1], ticktext=["", "", ""], fixedrange=True,
                        showgrid=False, zeroline=False),
-            xaxis2=dict(domain=[0, min(1.0, self.cols * _GRID_PX / plot_w)], anchor="y2",
-                        range=[-0.5, self.cols - 0.5], visible=False, fixedrange=True),
+            xaxis2=dict(domain=[0, min(1.0, cols * _GRID_PX / plot_w)], anchor="y2",
+                        range=[-0.5, cols - 0.5], visible=False, fixedrange=True),
             yaxis2=dict(domain=[0, grid_px / plot_h], anchor="x2", visible=False,
-                        range=[self.grid_rows - 0.5, -0.5], fixedrange=True),
+                        range=[rows - 0.5, -0.5], fixedrange=True),
             annotations=[
                 dict(xref="paper", yref="paper", x=0, y=grid_px / plot_h, yanchor="bottom",
                      xanchor="left", showarrow=False, align="left", font=dict(size=12),
                      text=(f"(d) physical KV cache: {g} blocks × {self.block_size} tokens"
                            f" — {html.escape(str(prov.get('vllm', '')))}, "
                            f"{html.escape(str(prov.get('backend', '')))}")),
-                dict(xref="paper", yref="paper", x=min(1.0, self.cols * _GRID_PX / plot_w) + 0.02,
+                dict(xref="paper", yref="paper", x=min(1.0, cols * _GRID_PX / plot_w) + 0.02,
                      y=grid_px / plot_h, yanchor="top", xanchor="left", showarrow=False,
                      align="left", font=dict(size=11), text=""),
-            ]))
-        # (a) the logical blocks: a full-height frame, the filled part on top of it, labels.
-        fig.add_bar(name="frame", x=[], y=[], base=[], width=0.9, marker_color="#f4f4f4",
-                    marker_line=dict(color="#bbbbbb", width=1), hoverinfo="skip")
-        fig.add_bar(name="logical", x=[], y=[], base=[], width=0.9, hoverinfo="text",
-                    hovertext=[])
-        fig.add_scatter(name="logical labels", x=[], y=[], mode="text", text=[],
-                        textfont=dict(size=10, color="#222"), hoverinfo="skip")
-        # (b), (c): one square per slot.
-        for key in ("staged", "kernel"):
-            fig.add_scatter(name=key, x=[], y=[], mode="markers+text", text=[],
-                            marker=dict(symbol="square", size=10, color=[]),
-                            textfont=dict(size=10), hoverinfo="text", hovertext=[])
-        # (d) the physical cache: positions never move, only colours and marks do.
-        fig.add_scatter(name="grid", x=gx, y=gy, xaxis="x2", yaxis="y2", mode="markers+text",
-                        text=[str(p) for p in range(g)], textfont=dict(size=9, color="#333"),
-                        marker=dict(symbol="square", size=cell, color=[FREE] * g,
-                                    line=dict(color=["white"] * g, width=[1] * g)),
-                        hoverinfo="text", hovertext=[f"physical {p}: free" for p in range(g)])
-        self._tr = {t.name: t for t in fig.data}
+            ], shapes=[]))
+        # (a)-(c): the runs, a bar trace per row; their labels one text trace; hover, per row
+        for key in ("logical", "staged", "kernel"):
+            fig.add_bar(**bar_layer(f"{key} runs"))
+        fig.add_scatter(name="labels", x=[], y=[], mode="text", text=[], hoverinfo="skip",
+                        textfont=dict(size=10, color=[]))
+        for key in ("logical", "staged", "kernel"):
+            fig.add_heatmap(**hover_layer(key, _Y[key], _TEMPLATES[key]))
+        # (d) the physical cache (kvgrid.py): the ids never move, colours change
+        add_grid(fig, g, cols, rows)
         self._index = {t.name: k for k, t in enumerate(fig.data)}
-        for name in ("logical", "staged", "kernel", "grid"):
-            key = name
-            self._tr[name].on_hover(lambda tr, pts, st, key=key: self._hovered(key, pts))
-        self._phys["grid"] = list(range(g))
+        for key in ("logical", "staged", "kernel", "grid"):
+            fig.data[self._index[key]].on_hover(
+                lambda tr, pts, st, key=key: self._hovered(key, pts))
         return fig
 
     def _bind(self, records: list, req: str, n_min: int = 0) -> None:
         """Size rows (a)-(c) for this request, once (or again if a row outgrows them)."""
         view = self.view = RequestView.reuse(self.view, records, req, self.block_size,
                                              self.num_blocks, n_min)
-        n = view.n_slots
-        cell = min(self._plot_w / n, _ROW_PX)
-        xs = list(range(n))
-        # Once per request, so one update per trace is fine (Pusher says why not one batch).
-        ix = self._index
-        base = [_Y["logical"] - _FULL / 2] * n
-        self.push({ix["frame"]: {"x": xs, "base": base, "y": [0] * n}},
-                  {"xaxis.range": [-0.5, n - 0.5]})
-        self.push({ix["logical"]: {"x": xs, "base": base, "y": [0] * n,
-                                   "marker.color": view.colors}})
-        self.push({ix["logical labels"]: {
-            "x": xs, "y": [_Y["logical"]] * n, "text": [""] * n,
-            "textfont.size": max(7, min(10, cell * 0.45))}})
-        for key in ("staged", "kernel"):
-            self.push({ix[key]: {
-                "x": xs, "y": [_Y[key]] * n, "text": [""] * n, "marker.size": cell * 0.86,
-                "marker.color": [NONE] * n, "textfont.size": max(7, min(10, cell * 0.42))}})
+        self._cell = min(self._plot_w / view.n_slots, _ROW_PX)
+        self.push({}, {"xaxis.range": [-0.5, view.n_slots - 0.5]})
 
     # ---- per step --------------------------------------------------------------------------
     def owner_color(self, owner: str) -> str:
         """The grid colour of a request; fixed the first time the diagram meets it."""
+        return GRID_PALETTE[self._owner_code(owner)]
+
+    def _owner_code(self, owner: str) -> int:
         if owner not in self.owner_colors:
             self.owner_colors[owner] = OWNERS[len(self.owner_colors) % len(OWNERS)]
-        return self.owner_colors[owner]
+        return 2 + OWNERS.index(self.owner_colors[owner])
 
     def show(self, records: list, i: int) -> None:
         rec = records[i]
@@ -186,10 +182,16 @@ class BlocksDiagram:
         self._flash = set(staged) - set(phys_row(prev) if prev else [])
         upd: dict[str, dict] = {}
         lay: dict = {}
+        self._shapes = []
         if self.view is not None:
             self._draw_rows(rec, h, staged, upd, lay)
-        self._draw_grid(blocks, upd, lay)
-        self._draw_lines(upd)
+        # The cache only changes where a record says so: the step after the one on screen
+        # with no KV changes leaves the grid as it is.
+        at = self._grid_at
+        if not (at and at[0] is records and (at[1] == i or at[1] == i - 1 and kv_quiet(rec))):
+            self._draw_grid(blocks, upd, lay)
+        self._grid_at = (records, i)
+        lay["shapes"] = self._shapes + self._marks()
         self._push(upd, lay)
         self._update_label()
 
@@ -199,153 +201,162 @@ class BlocksDiagram:
     def _draw_rows(self, rec: StepRecord, h: RequestStep | None, staged: list[int], upd: dict,
                    lay: dict) -> None:
         v, n, bs = self.view, self.view.n_slots, self.block_size
-        off = [NONE] * n, [0] * n
         if h is None or not h.hooked:
             lay["title.text"] = f"step {rec.step}: {html.escape(v.req)} did not run"
-            self._phys.update(logical=[None] * n, staged=[None] * n, kernel=[None] * n)
-            upd["frame"] = {"y": [0] * n}
-            upd["logical"] = {"y": [0] * n}
-            upd["logical labels"] = {"text": [""] * n}
-            for key in ("staged", "kernel"):
-                upd[key] = {"text": [""] * n, "marker.color": [NONE] * n}
-            self._base_lines.update(logical=off, staged=off, kernel=off)
+            self._phys = {"logical": [], "staged": [], "kernel": []}
+            self._rows_key = None
+            upd["labels"] = labels([], self._cell)
+            for key in ("logical", "staged", "kernel"):
+                upd[key] = hover_data([], n)
+                upd[f"{key} runs"] = run_bars([], 0, 0, self._cell)
             return
-        seq_len = h.seq_len
-        total = h.blocks_total
-        kept = h.kept.tolist()
-        kept_set = set(kept)
-        built = kernel_row(h)
-        hidden = [lb for lb in range(total) if lb not in kept_set]
-        last_fill = seq_len - (total - 1) * bs
-        rng = range(n)
-        # (a) logical blocks, the last one filled to seq_len
-        upd["frame"] = {"y": [_FULL if j < total else 0 for j in rng],
-                        "marker.line.width": [1 if j < total else 0 for j in rng]}
-        upd["logical"] = {
-            "y": [(_FULL if j < total - 1 else _FULL * last_fill / bs) if j < total else 0
-                  for j in rng],
-            "hovertext": [(f"logical {j} ({v.regions[j]}): "
-                           f"{bs if j < total - 1 else last_fill}/{bs} tokens"
-                           + (f", physical {staged[j]}" if j < len(staged) else ""))
-                          if j < total else "" for j in rng]}
-        # the label sits mid-block: on a last block filled less than half it is on the frame
-        upd["logical labels"] = {
-            "text": [str(j) if j < total else "" for j in rng],
-            "textfont.color": [v.inks[j] if j < total - 1 or 2 * last_fill >= bs else "#111"
-                               for j in rng]}
-        # (b) the staged row: physical ids at their logical positions
-        ns = len(staged)
-        upd["staged"] = {
-            "text": [str(staged[j]) if j < ns else "" for j in rng],
-            "marker.color": [v.colors[j] if j < ns else NONE for j in rng],
-            "textfont.color": v.inks,
-            "hovertext": [f"staged[{j}] = physical {staged[j]} (logical {j}, {v.regions[j]})"
-                          if j < ns else "" for j in rng]}
-        # (c) the builder's row: kept blocks compacted to the front, then the hidden ones grey
-        order = [(p, kept[j] if j < len(kept) else None, True) for j, p in enumerate(built)]
-        order += [(staged[lb], lb, False) for lb in hidden if lb < ns]
-        order = (order + [(None, None, False)] * n)[:n]
-
-        def region(lb):
-            return v.regions[lb] if lb is not None and lb < n else ""
-
-        upd["kernel"] = {
-            "text": [str(p) if p is not None else "" for p, _, _ in order],
-            "marker.color": [(v.colors[lb] if lb is not None and lb < n else RESPONSE) if read
-                             else (MASKED if p is not None else NONE) for p, lb, read in order],
-            "textfont.color": [(v.inks[lb] if lb is not None and lb < n else "#111") if read
-                               else "#888" for _, lb, read in order],
-            "hovertext": ["" if p is None else
-                          f"built_row[{j}] = physical {p} (logical {lb}, {region(lb)}): read"
-                          if read else
-                          f"physical {p} (logical {lb}, {region(lb)}): hidden, not read"
-                          for j, (p, lb, read) in enumerate(order)]}
-        self._phys.update(logical=[staged[j] if j < min(total, ns) else None for j in rng],
-                          staged=[staged[j] if j < ns else None for j in rng],
-                          kernel=[p for p, _, _ in order])
-        lay["yaxis.ticktext"] = [f"(a) logical blocks · seq_len {seq_len}",
+        total, ns = h.blocks_total, len(staged)
+        kept, built = h.kept.tolist(), kernel_row(h)
+        fill = h.seq_len - (total - 1) * bs
+        # The rows change only with the blocks (a mode switch, a new block): the same blocks
+        # as last step, the runs, labels and hover data are what was sent; only the fill moves.
+        key = (v, self._cell, total, staged, kept, built, 2 * fill >= bs)
+        if key != self._rows_key:
+            self._rows_key = key
+            self._rows = self._row_data(total, staged, kept, built, fill)
+        upd.update(self._rows)
+        last = (self._last_run.fill, total - 1)
+        y = _Y["logical"]
+        for name, fill_y, color in (("logical frame", _FULL, "#f4f4f4"),
+                                    ("logical last", _FULL * fill / bs, last[0])):
+            self._shapes.append({"name": name, "layer": "below", "x0": last[1] - 0.5,
+                                 "x1": last[1] + 0.5, "y0": round(y - _FULL / 2, 3),
+                                 "y1": round(y - _FULL / 2 + fill_y, 3), "fillcolor": color,
+                                 "line": {"color": "#bbbbbb", "width": 1}})
+        # the tick labels change only with the rows (a new label can move plotly's margins and
+        # redraw everything); what moves every step is in the title
+        lay["yaxis.ticktext"] = [f"(a) logical blocks · {total}",
                                  f"(b) staged row (append_row) · {ns}",
                                  f"(c) built_row → kernel · reads {len(built)}"]
         lay["title.text"] = (
-            f"step {rec.step} · {html.escape(v.req)} · {h.mode} · "
-            f"{total} blocks, last {last_fill}/{bs} full · kernel reads {len(built)} blocks, "
+            f"step {rec.step} · {html.escape(v.req)} · {h.mode} · seq_len {h.seq_len}: "
+            f"{total} blocks, last {fill}/{bs} full · kernel reads {len(built)} blocks, "
             f"attention seq_len {h.attn_seq_len}")
-        self._base_lines["logical"] = (["#bbbbbb" if j < total else NONE for j in rng],
-                                       [1 if j < total else 0 for j in rng])
-        self._base_lines["staged"] = self._base_lines["kernel"] = (["white"] * n, [1] * n)
+
+    def _row_data(self, total: int, staged: list[int], kept: list[int], built: list[int],
+                  fill: int) -> dict[str, dict]:
+        """Runs, labels and hover data of rows (a)-(c), by trace name."""
+        v, n, ns = self.view, self.view.n_slots, len(staged)
+        kept_set = set(kept)
+        # (c) the builder's row: kept blocks compacted to the front, then the hidden ones
+        order = [(p, kept[j] if j < len(kept) else None, True) for j, p in enumerate(built)]
+        order += [(staged[lb], lb, False) for lb in range(min(total, ns))
+                  if lb not in kept_set]
+        order = order[:n]
+        rows = {"logical": self._logical_runs(total, staged, fill),
+                "staged": self._staged_runs(staged),
+                "kernel": self._kernel_runs(order)}
+        self._last_run = rows["logical"][-1]
+        self._phys = {"logical": staged[: min(total, ns)], "staged": staged,
+                      "kernel": [p for p, _, _ in order]}
+        out = {"labels": labels([(rows[k], _Y[k]) for k in rows], self._cell)}
+        for key, half, line in (("logical", _FULL / 2, "#bbbbbb"), ("staged", _SQ, "white"),
+                                ("kernel", _SQ, "white")):
+            runs = rows[key][:-1] if key == "logical" else rows[key]   # the last: shapes
+            out[f"{key} runs"] = run_bars(runs, _Y[key], half, self._cell, line=line)
+        reg = v.regions
+        out["logical"] = hover_data([f"({reg[j]}) → physical {staged[j] if j < ns else '–'}"
+                                     for j in range(total)], n)
+        out["staged"] = hover_data([f"physical {p} (logical {j}, {reg[j]})"
+                                    for j, p in enumerate(staged)], n)
+        out["kernel"] = hover_data(
+            [f"physical {p} (logical {'–' if lb is None else lb}, "
+             f"{reg[lb] if lb is not None and lb < n else ''}): "
+             f"{'read' if read else 'hidden, not read'}" for p, lb, read in order], n)
+        return out
+
+    def _logical_runs(self, total: int, staged: list[int], fill: int) -> list[Run]:
+        """(a): full blocks as runs; the last block a run of its own, drawn as two shapes (a
+        frame, filled to seq_len) since its fill moves every step."""
+        v, ns, each = self.view, len(staged), self._cell >= LABEL_PX
+        keys = [(v.colors[j], staged[j] - j if j < ns else None, j if each else 0)
+                for j in range(total - 1)]
+        runs = [Run(s, e, v.colors[s], v.inks[s], id_range(s, e - 1)) for s, e in spans(keys)]
+        j = total - 1
+        return [*runs, Run(j, j + 1, v.colors[j],
+                           v.inks[j] if 2 * fill >= self.block_size else "#111", str(j))]
+
+    def _staged_runs(self, staged: list[int]) -> list[Run]:
+        v, each = self.view, self._cell >= LABEL_PX
+        keys = [(v.colors[j], p - j, j if each else 0) for j, p in enumerate(staged)]
+        runs = [Run(s, e, v.colors[s], v.inks[s], id_range(staged[s], staged[e - 1]))
+                for s, e in spans(keys)]
+        return runs
+
+    def _kernel_runs(self, order: list) -> list[Run]:
+        v, n, each = self.view, self.view.n_slots, self._cell >= LABEL_PX
+
+        def look(lb, read):
+            if not read:
+                return MASKED, "#888"
+            return (v.colors[lb], v.inks[lb]) if lb is not None and lb < n else (RESPONSE, "#111")
+
+        keys = [(look(lb, read), p - j, None if lb is None else lb - j, j if each else 0)
+                for j, (p, lb, read) in enumerate(order)]
+        runs = [Run(s, e, *keys[s][0], id_range(order[s][0], order[e - 1][0]))
+                for s, e in spans(keys)]
+        return runs
 
     def _draw_grid(self, blocks: dict[int, dict], upd: dict, lay: dict) -> None:
-        colors, hover, lc, lw = [], [], [], []
-        owners_now: list[str] = []
-        for p in range(self.num_blocks):
-            b = blocks.get(p)
-            owners = b["owners"] if b else []
-            cached = bool(b and b["cached"])
-            for o in owners:
-                if o not in owners_now:
-                    owners_now.append(o)
-            if owners:
-                colors.append(self.owner_color(owners[0]))
-                lc.append("white")
-                lw.append(1)
-                hover.append(f"physical {p}: {', '.join(owners)}"
-                             + (" (in prefix cache)" if cached else ""))
-            elif cached:
-                # freed but still holding a prefix-cache hash: a later prompt can reuse it
-                colors.append(CACHED)
-                lc.append("#8a8a8a")
-                lw.append(1.5)
-                hover.append(f"physical {p}: free, prefix-cached (reusable)")
-            else:
-                colors.append(FREE)
-                lc.append("white")
-                lw.append(1)
-                hover.append(f"physical {p}: free")
-        upd["grid"] = {"marker.color": colors, "hovertext": hover}
-        self._base_lines["grid"] = (lc, lw)
+        z, what, owners_now = grid_cells(blocks, self.num_blocks, self.cols, self.grid_rows,
+                                         self._owner_code)
+        upd["grid"] = {"z": z, "customdata": what}
         if owners_now != self._grid_owners:
             key = " ".join(f'<span style="color:{self.owner_color(o)}">■</span> '
                            f"{html.escape(o)}" for o in owners_now) or "none"
             lay["annotations[1].text"] = (
                 f"owner: {key}<br><span style='color:{CACHED}'>■</span> free, prefix-cached"
-                f" (outlined) · <span style='color:#bbbbbb'>■</span> free<br>"
+                f" · <span style='color:#bbbbbb'>■</span> free<br>"
                 f"<span style='color:{FLASH}'>□</span> appended this step · "
                 f"<b>□</b> highlighted")
             self._grid_owners = owners_now
 
-    def _draw_lines(self, upd: dict) -> None:
+    def _marks(self) -> list[dict]:
         """Outlines: the highlighted physical block, else a block appended this step."""
-        hl = self.highlight.block
-        for key in ("logical", "staged", "kernel", "grid"):
-            if key not in self._base_lines:
-                continue
-            base_c, base_w = self._base_lines[key]
-            c, w = list(base_c), list(base_w)
-            for j, p in enumerate(self._phys[key]):
-                if p is None or j >= len(c):
-                    continue
-                if p == hl:
-                    c[j], w[j] = HL, 3.5
-                elif p in self._flash:
-                    c[j], w[j] = FLASH, 3.5
-            d = upd.setdefault(key, {})
-            d["marker.line.color"], d["marker.line.width"] = c, w
+        hl, flash = self.highlight.block, self._flash
+
+        def mark(p):
+            return None if p is None else HL if p == hl else FLASH if p in flash else None
+
+        out: list[dict] = []
+        if hl is None and not flash:
+            return out
+        for key, half in (("logical", _FULL / 2), ("staged", _SQ), ("kernel", _SQ)):
+            out += mark_runs([mark(p) for p in self._phys[key]], _Y[key], half + 0.04,
+                             f"{key} mark")
+        rows: dict[int, list] = {}
+        for p in flash | ({hl} if hl is not None else set()):
+            if 0 <= p < self.num_blocks:
+                r, c = divmod(p, self.cols)
+                rows.setdefault(r, [None] * self.cols)[c] = mark(p)
+        for r, row in sorted(rows.items()):
+            out += [{**s, "x0": s["x0"] + 0.04, "x1": s["x1"] - 0.04} for s in
+                    mark_runs(row, r, 0.46, "grid mark", xref="x2", yref="y2")]
+        return out
 
     # ---- the shared highlight --------------------------------------------------------------
     def _hovered(self, key: str, points) -> None:
-        if not points.point_inds:
+        j = point_slot(points)
+        if j is None:
             return
-        j = points.point_inds[0]
-        phys = self._phys.get(key) or []
-        if j < len(phys) and phys[j] is not None:
+        if key == "grid":
+            p = int(round(float(points.ys[0]))) * self.cols + j if points.ys else None
+            phys = [] if p is None or p >= self.num_blocks else [p]
+            j = 0
+        else:
+            phys = self._phys.get(key) or []
+        if 0 <= j < len(phys) and phys[j] is not None:
             self.highlight.set(phys[j], self.name)
 
     def _on_highlight(self, _change=None) -> None:
         if self._records is None:
             return
-        upd: dict[str, dict] = {}
-        self._draw_lines(upd)
-        self._push(upd, {})
+        self._push({}, {"shapes": self._shapes + self._marks()})
         self._update_label()
 
     def _update_label(self) -> None:

@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 from da_lab.core.record import RequestStep, StepRecord
 from da_lab.core.tags import Directive, Mode, parse_tag, tag_text
 
+from . import runs as rn
 from .figure import LiveFigure
 from .highlight import Highlight
 from .rows import HL, MASKED, NONE, Pusher, RequestView, phys_row
@@ -72,7 +73,9 @@ class DAHookDiagram:
         self._records: list | None = None
         self._i: int | None = None
         self._phys: list = []
-        self._base_line: tuple[list, list] = ([], [])
+        self._cell = 40.0                    # pixels per block
+        self._row_key: tuple | None = None   # what the row's runs were drawn from
+        self._row_upd: dict = {}
 
         self.title = widgets.HTML(
             f"<b>The DA hook</b> — {html.escape(str(prov.get('vllm', '')))} on "
@@ -112,16 +115,19 @@ class DAHookDiagram:
 
     # ---- static parts ----------------------------------------------------------------------
     def _build_row(self) -> go.FigureWidget:
+        """The request's row: runs of alike blocks as bars (runs.py), their labels, and a
+        transparent hover layer naming each block and its physical slot."""
         fig = LiveFigure(layout=dict(
             width=_W, height=96, margin=dict(l=10, r=10, t=24, b=6), showlegend=False,
-            plot_bgcolor="white", hovermode="closest",
+            plot_bgcolor="white", hovermode="closest", shapes=[], barmode="overlay",
             title=dict(text="", font=dict(size=12), x=0.01, xanchor="left"),
             xaxis=dict(visible=False, range=[-0.5, 0.5], fixedrange=True),
             yaxis=dict(visible=False, range=[-0.6, 0.6], fixedrange=True)))
-        fig.add_scatter(name="row", x=[], y=[], mode="markers+text", text=[],
-                        marker=dict(symbol="square", size=10, color=[]),
-                        textfont=dict(size=9), hoverinfo="text", hovertext=[])
-        fig.data[0].on_hover(self._hovered)
+        fig.add_bar(**rn.bar_layer("row runs"))
+        fig.add_scatter(name="labels", x=[], y=[], mode="text", text=[], hoverinfo="skip",
+                        textfont=dict(size=9, color=[]))
+        fig.add_heatmap(**rn.hover_layer("row", 0, "logical %{x} %{text}"))
+        fig.data[2].on_hover(self._hovered)
         return fig
 
     def _build_chart(self) -> go.FigureWidget:
@@ -164,11 +170,8 @@ class DAHookDiagram:
         view = self.view = RequestView.reuse(self.view, records, req, self.block_size,
                                              self.num_blocks, n_min)
         n = view.n_slots
-        cell = min((_W - 20) / n, 40)
-        self.push_row({0: {"x": list(range(n)), "y": [0] * n, "text": [""] * n,
-                               "marker.size": cell * 0.88, "marker.color": [NONE] * n,
-                               "textfont.size": max(7, min(10, cell * 0.4))}},
-             {"xaxis.range": [-0.5, n - 0.5]})
+        self._cell = min((_W - 20) / n, 40)
+        self.push_row({}, {"xaxis.range": [-0.5, n - 0.5]})
         lay = view.layout
         chunks = f"C1–C{lay.n_chunks}" if lay is not None and lay.n_chunks else "prompt"
         seen = dict(zip(view.regions, view.colors, strict=False))
@@ -240,7 +243,7 @@ class DAHookDiagram:
 
         # the row of logical blocks
         upd, lay = self._row(rec, h if hooked else None, staged)
-        self.push_row({0: upd}, lay)
+        self.push_row(upd, lay)
         self.push_chart({0: {"x": s.steps[:k], "y": s.read[:k]},
                           1: {"x": s.steps[:k], "y": s.total[:k]},
                           2: {"x": s.steps[k - 1:k], "y": s.read[k - 1:k]}})
@@ -323,53 +326,54 @@ class DAHookDiagram:
 
     def _row(self, rec: StepRecord, h: RequestStep | None,
              staged: list[int]) -> tuple[dict, dict]:
+        """{trace index: data} and layout changes for the row of logical blocks."""
         v, n = self.view, self.view.n_slots
         if h is None:
-            self._phys = [None] * n
-            self._base_line = ([NONE] * n, [0] * n)
-            return ({"text": [""] * n, "marker.color": [NONE] * n, "hovertext": [""] * n,
-                     **self._lines()},
-                    {"title.text": f"{html.escape(v.req)}: not scheduled at step "
-                                   f"{rec.step}"})
-        total = h.blocks_total
-        kept = set(h.kept.tolist())
-        rng = range(n)
-        ns = len(staged)
-        colors = [(v.colors[j] if j in kept else MASKED) if j < total else NONE for j in rng]
-        self._phys = [staged[j] if j < min(ns, total) else None for j in rng]
-        self._base_line = (["white" if j < total else NONE for j in rng],
-                           [1 if j < total else 0 for j in rng])
-        upd = {"text": [_short(v.regions[j]) if j < total else "" for j in rng],
-               "marker.color": colors,
-               "textfont.color": [(v.inks[j] if j in kept else "#888") for j in rng],
-               "hovertext": [(f"logical {j} ({v.regions[j]})"
-                              + (f" → physical {staged[j]}" if j < ns else "")
-                              + (": read" if j in kept else ": masked, not read"))
-                             if j < total else "" for j in rng],
-               **self._lines()}
+            self._phys, self._row_key = [], None
+            return ({0: rn.run_bars([], 0, 0, self._cell), 1: rn.labels([], self._cell),
+                     2: rn.hover_data([], n)},
+                    {"shapes": self._marks(),
+                     "title.text": f"{html.escape(v.req)}: not scheduled at step {rec.step}"})
+        total, ns = h.blocks_total, len(staged)
+        kept_list = h.kept.tolist()
+        kept = set(kept_list)
         title = (f"{html.escape(v.req)}'s row at step {rec.step}: "
                  f"{len(kept & set(range(total)))} of {total} logical blocks read")
-        return upd, {"title.text": title}
+        # the same blocks as last step: the runs and hover data are what was sent
+        key = (v, self._cell, total, staged, kept_list)
+        if key == self._row_key:
+            return self._row_upd, {"shapes": self._marks(), "title.text": title}
+        self._row_key = key
+        each = self._cell >= rn.LABEL_PX
+        keys = [(v.colors[j] if j in kept else MASKED, j if each else 0) for j in range(total)]
+        runs = []
+        for a, b in rn.spans(keys):
+            first, last = _short(v.regions[a]), _short(v.regions[b - 1])
+            runs.append(rn.Run(a, b, keys[a][0], v.inks[a] if a in kept else "#888",
+                               first if first == last else f"{first}–{last}"))
+        self._phys = staged[: min(ns, total)]
+        hover = [f"({v.regions[j]}) → physical {staged[j] if j < ns else '–'}: "
+                 f"{'read' if j in kept else 'masked, not read'}" for j in range(total)]
+        self._row_upd = {0: rn.run_bars(runs, 0, 0.44, self._cell),
+                         1: rn.labels([(runs, 0)], self._cell), 2: rn.hover_data(hover, n)}
+        return self._row_upd, {"shapes": self._marks(), "title.text": title}
 
-    def _lines(self) -> dict:
-        c, w = list(self._base_line[0]), list(self._base_line[1])
+    def _marks(self) -> list[dict]:
+        """An outline around the highlighted physical block, wherever the row holds it."""
         hl = self.highlight.block
-        for j, p in enumerate(self._phys):
-            if p is not None and p == hl and j < len(c):
-                c[j], w[j] = HL, 3.5
-        return {"marker.line.color": c, "marker.line.width": w}
+        if hl is None:
+            return []
+        return rn.mark_runs([HL if p == hl else None for p in self._phys], 0, 0.5, "row mark")
 
     # ---- the shared highlight --------------------------------------------------------------
     def _hovered(self, _trace, points, _state) -> None:
-        if not points.point_inds:
-            return
-        j = points.point_inds[0]
-        if j < len(self._phys) and self._phys[j] is not None:
+        j = rn.point_slot(points)
+        if j is not None and 0 <= j < len(self._phys):
             self.highlight.set(self._phys[j], self.name)
 
     def _on_highlight(self, _change=None) -> None:
         if self._records is not None and self.view is not None:
-            self.push_row({0: self._lines()})
+            self.push_row({}, {"shapes": self._marks()})
 
     # ---- steering --------------------------------------------------------------------------
     def steer(self, mode: str) -> str | None:

@@ -53,47 +53,70 @@ def ink(color: str) -> str:
 
 
 class Pusher:
-    """Sends a figure's changes as ONE plotly update per call (one message, one redraw).
+    """Sends a figure's changes as ONE plotly update per call (one message, one redraw), and
+    only what changed since the last call: a trace whose values all equal what it was last sent
+    stays out of the message, and so does a key no trace has new values for (comparing two
+    lists here is far cheaper than plotly's bookkeeping, the bytes and the browser's redraw).
+    Layout changes are remembered and filtered the same way. Nothing new: no message at all.
 
     plotly_update skips plotly's per-element validators, which cost ~1 ms per array of colours;
     every value here is built by this package as plain lists of str/number, so nothing needs
     validating. Call with {trace index: {"marker.color": [...], ...}} and relayout changes.
 
-    Every trace in one update gets every key: a trace with nothing new for a key resends what it
-    was last sent (remembered here, so that costs no lookup in the figure). plotly.py's own way
-    to say "leave this trace alone", an Undefined, reaches the anywidget front end as a real
-    undefined that wipes the property in its copy of the figure, so a figure updated that way
+    Every trace in one update gets every key of it: a trace with nothing new for a key another
+    trace of its group changes resends what it was last sent (remembered here); traces that
+    take other keys (a text trace next to heatmaps) go in a second message. plotly.py's way to say
+    "leave this trace alone", an Undefined, reaches the anywidget front end as a real undefined
+    that wipes the property in its copy of the figure, so a figure updated that way
     (batch_update over traces with different keys, too) draws wrongly in the browser."""
 
     def __init__(self, fig: go.FigureWidget) -> None:
         self.fig = fig
         self.sent: dict[int, dict] = {}
+        self.sent_layout: dict = {}
+        self.messages = 0
 
     def __call__(self, traces: dict[int, dict], layout: dict | None = None) -> None:
-        idx = sorted(traces)
-        # Keys whose every value equals what was sent last time stay out of the message:
-        # comparing two lists here is far cheaper than plotly's per-key bookkeeping.
-        keys = sorted(k for k in {k for i in idx for k in traces[i]}
-                      if any(k not in self.sent.get(i, {}) or traces[i].get(k, _UNSENT)
-                             not in (_UNSENT, self.sent[i][k]) for i in idx))
-        if not keys and not layout:
+        # Callers build fresh lists every call and never change them after: they are kept as
+        # they are (a copy of every array every tick cost more than the whole comparison).
+        new = {}
+        for i, d in traces.items():
+            last = self.sent.get(i, {})
+            d = {k: _plain(v) for k, v in d.items() if last.get(k, _UNSENT) != _plain(v)}
+            if d:
+                new[i] = d
+        lay = {k: _plain(v) for k, v in (layout or {}).items()
+               if self.sent_layout.get(k, _UNSENT) != _plain(v)}
+        if not new and not lay:
             return
-        restyle = {}
-        for k in keys:
-            vals = []
+        self.sent_layout.update(lay)
+        # Traces that take the same keys share a message (e.g. all heatmaps); a key one of
+        # them has nothing new for is resent from memory. Other traces: another message.
+        groups: dict[frozenset, list[int]] = {}
+        for i in sorted(new):
+            groups.setdefault(frozenset(self.sent.get(i, {})) | frozenset(new[i]), []).append(i)
+        if not groups:
+            groups[frozenset()] = []
+        for idx in groups.values():
+            keys = sorted({k for i in idx for k in new[i]})
+            restyle = {k: [new[i].get(k, self.sent.get(i, {}).get(k)) for i in idx]
+                       for k in keys}
             for i in idx:
-                if k in traces[i]:
-                    v = traces[i][k]
-                else:
-                    v = self.sent.get(i, {}).get(k, _UNSENT)
-                    if v is _UNSENT:
-                        v = self.fig.data[i][k]
-                vals.append(list(v) if isinstance(v, tuple) else v)
-            restyle[k] = vals
-        for n, i in enumerate(idx):
-            self.sent.setdefault(i, {}).update((k, restyle[k][n]) for k in keys)
-        self.fig.plotly_update(restyle_data=restyle, relayout_data=layout or {},
-                               trace_indexes=idx)
+                self.sent.setdefault(i, {}).update((k, new[i][k]) for k in new[i])
+            self.messages += 1
+            self.fig.plotly_update(restyle_data=restyle, relayout_data=lay,
+                                   trace_indexes=idx)
+            for k in lay:
+                # plotly.py stores a whole new list of shapes but keeps serving the old Shape
+                # objects from fig.layout.shapes; dropping them makes it rebuild from the list
+                if "." not in k and "[" not in k:
+                    self.fig.layout._compound_array_props.pop(k, None)
+            lay = {}
+
+
+def _plain(v):
+    """A tuple as a list, so it compares with what was sent (lists are taken as they are)."""
+    return list(v) if isinstance(v, tuple) else v
 
 
 _UNSENT = object()

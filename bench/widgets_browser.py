@@ -1,0 +1,316 @@
+"""Benchmark: what a step costs end to end in a real browser, per diagram and per shipped trace.
+
+    BROWSER_PATH=/usr/bin/chromium .venv/bin/python bench/widgets_browser.py \
+        [--out bench/results/widgets-browser-DATE.json] [--traces h200_8b_64k] [--steps N]
+
+Starts JupyterLab on localhost (as tests/test_browser.py does) and opens a one-cell notebook in
+headless Chromium (Playwright). For each trace in traces/ and each diagram (and for the pair
+notebook 04 shows, da_hook + blocks; and for a Player with no diagram at all, the floor: its
+step counter, slider and Play, the kernel's busy/idle), the kernel builds a Player over a
+TraceSource; then the page presses Step once per recorded step and measures, per step:
+  - e2e_ms: from the click to the first animation frame after the step is on screen (the step
+    counter shows the new step and no plotly event came after it): the click's trip to the
+    kernel, the kernel's redraw, the messages back, plotly.js's redraw, layout and paint;
+  - main_ms: the browser main thread's busy time over that interval (Chrome DevTools
+    Performance.getMetrics TaskDuration), i.e. what the page itself spent;
+  - kernel_ms: the kernel's own redraw time (Player.update_ms);
+  - ws_bytes_to_page / ws_bytes_from_page: bytes on the kernel websocket each way for the step
+    (the widget messages out, and what the page sends back: plotly's figure deltas, the click).
+Then, for the pair, Play runs through the trace at the fastest tick the player offers (50 ms)
+and the wall time per tick is reported (keeping up means ~50 ms).
+Numbers are medians/p95 over the steps (step 0, drawn before the page shows it, left out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = os.environ.get("BROWSER_PATH", "/usr/bin/chromium")
+SETS = {"player_only": [], "skeleton": ["skeleton"], "blocks": ["blocks"],
+        "metadata_path": ["metadata_path"], "da_hook": ["da_hook"],
+        "pair_04": ["da_hook", "blocks"]}
+MAKE = {"skeleton": "SkeletonDiagram(src.header, hl)", "blocks": "BlocksDiagram(src.header, hl)",
+        "metadata_path": "MetadataPathDiagram(src.header, hl)",
+        "da_hook": "DAHookDiagram(src.header, hl)"}
+NOTEBOOK = {"cells": [{"cell_type": "code", "execution_count": None, "id": "bench-00",
+                       "metadata": {}, "outputs": [], "source":
+                       "import ipywidgets as W\nbox = W.VBox([])\nbox"}],
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                        "language": "python"}},
+            "nbformat": 4, "nbformat_minor": 5}
+
+# Run code in the notebook's kernel; resolves to its stdout (and any error).
+KERNEL_EXEC = """async (code) => {
+  const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+  const fut = k.requestExecute({code, store_history: false});
+  let out = '';
+  fut.onIOPub = (m) => {
+    if (m.header.msg_type === 'stream') out += m.content.text;
+    if (m.header.msg_type === 'error') out += 'ERROR ' + m.content.ename + ': ' + m.content.evalue;
+  };
+  await fut.done;
+  return out;
+}"""
+
+# Every plotly figure on the page reports its events into window.__ev (last timestamp).
+WATCH = """() => {
+  window.__ev = window.__ev || {last: 0, n: 0};
+  for (const gd of document.querySelectorAll('.js-plotly-plot')) {
+    if (gd.__watched) continue;
+    gd.__watched = true;
+    for (const e of ['plotly_afterplot', 'plotly_update', 'plotly_restyle', 'plotly_relayout'])
+      gd.on(e, () => { window.__ev.last = performance.now(); window.__ev.n++; });
+  }
+  return document.querySelectorAll('.js-plotly-plot').length;
+}"""
+
+# Press Step; resolve when `want` is on the counter and a frame has been painted after the last
+# plotly event (two frames with no new event: the page is still).
+STEP = """async (want) => {
+  const counter = document.querySelector('.da-step-counter');
+  const btn = document.querySelector('.da-step');
+  const button = btn.tagName === 'BUTTON' ? btn : btn.querySelector('button');
+  const t0 = performance.now();
+  button.click();
+  const frame = () => new Promise(r => requestAnimationFrame(r));
+  let shownAt = null, still = 0, lastN = window.__ev.n, paintAfter = null;
+  while (true) {
+    const t = await frame();
+    if (performance.now() - t0 > 60000) return {error: 'timeout', counter: counter.innerText};
+    if (shownAt === null) {
+      if (counter.innerText.trim() === want) { shownAt = t; paintAfter = t; }
+      continue;
+    }
+    if (window.__ev.n !== lastN) { lastN = window.__ev.n; still = 0; paintAfter = null; continue; }
+    if (paintAfter === null) paintAfter = t;
+    if (++still >= 2) break;
+  }
+  return {e2e_ms: paintAfter - t0, events: window.__ev.n};
+}"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def _stats(xs: list[float]) -> dict:
+    return {"median": round(statistics.median(xs), 1), "p95": round(_pct(xs, .95), 1),
+            "max": round(max(xs), 1)}
+
+
+class Lab:
+    """A JupyterLab server on localhost with the bench notebook; stopped on exit."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="da-bench-"))
+        (self.root / "bench.ipynb").write_text(json.dumps(NOTEBOOK))
+        self.port, self.token = _free_port(), secrets.token_hex(16)
+        env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=os.pathsep.join(
+            [str(ROOT), str(ROOT / "widgets"), os.environ.get("PYTHONPATH", "")]))
+        self.log = open(self.root / "server.log", "w")  # noqa: SIM115 (closed in __exit__)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
+             f"--port={self.port}", f"--IdentityProvider.token={self.token}",
+             f"--ServerApp.root_dir={self.root}", "--LabApp.expose_app_in_browser=True",
+             "--allow-root"], stdout=subprocess.DEVNULL, stderr=self.log, env=env)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Lab:
+        for _ in range(240):
+            try:
+                urllib.request.urlopen(f"{self.url}/api/status?token={self.token}", timeout=1)
+                return self
+            except OSError:
+                time.sleep(0.5)
+        self.__exit__()
+        raise RuntimeError("JupyterLab did not start: "
+                           + (self.root / "server.log").read_text()[-2000:])
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def open_notebook(page, lab: Lab) -> None:
+    page.goto(f"{lab.url}/lab/tree/bench.ipynb?token={lab.token}")
+    page.wait_for_function("window.jupyterapp && window.jupyterapp.shell", timeout=180_000)
+    page.wait_for_selector(".jp-Notebook", timeout=180_000)
+    page.wait_for_function(
+        "(() => { const w = window.jupyterapp.shell.currentWidget;"
+        " const k = w && w.sessionContext && w.sessionContext.session"
+        " && w.sessionContext.session.kernel; return k && k.status === 'idle'; })()",
+        timeout=180_000)
+    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.wait_for_selector(".jp-OutputArea .widget-vbox", state="attached", timeout=180_000)
+
+
+class Wire:
+    """Bytes on the page's websockets (the kernel channel): to the page and from it."""
+
+    def __init__(self, page) -> None:
+        self.recv = self.sent = 0
+        page.on("websocket", self._attach)
+
+    def _attach(self, ws) -> None:
+        ws.on("framereceived", lambda f: self._add("recv", f))
+        ws.on("framesent", lambda f: self._add("sent", f))
+
+    def _add(self, way: str, frame) -> None:
+        n = len(frame.encode() if isinstance(frame, str) else frame)
+        setattr(self, way, getattr(self, way) + n)
+
+    def take(self) -> tuple[int, int]:
+        out = self.recv, self.sent
+        self.recv = self.sent = 0
+        return out
+
+
+def run_set(page, cdp, wire: Wire, trace: Path, names: list[str], steps: int | None) -> dict:
+    make = ", ".join(MAKE[n] for n in names)
+    out = page.evaluate(KERNEL_EXEC, f"""
+import json
+from da_lab_widgets import (BlocksDiagram, DAHookDiagram, Highlight, MetadataPathDiagram,
+                            Player, SkeletonDiagram, TraceSource)
+box.children = []
+src = TraceSource({str(trace)!r}); hl = Highlight()
+player = Player(src, [{make}])
+box.children = [player.widget]
+print(json.dumps([r.step for r in src.records]))""")
+    if "ERROR" in out:
+        raise RuntimeError(out)
+    rec_steps = json.loads(out.strip().splitlines()[-1])
+    page.wait_for_selector(".da-step", timeout=120_000)
+    page.wait_for_timeout(1500)      # the first render settles
+    page.evaluate(WATCH)
+    n = len(rec_steps) if steps is None else min(len(rec_steps), steps + 1)
+    e2e, main, recv, sent = [], [], [], []
+    for i in range(1, n):
+        page.wait_for_timeout(100)     # what the last step set off (deltas back) is done
+        before = _task_s(cdp)
+        wire.take()
+        r = page.evaluate(STEP, f"step {rec_steps[i]}")
+        if "error" in r:
+            raise RuntimeError(f"step {i}: {r}")
+        main.append((_task_s(cdp) - before) * 1e3)
+        e2e.append(r["e2e_ms"])
+        page.wait_for_timeout(100)
+        b_in, b_out = wire.take()
+        recv.append(b_in)
+        sent.append(b_out)
+    kern = json.loads(page.evaluate(KERNEL_EXEC, "print(json.dumps(player.update_ms))")
+                      .strip().splitlines()[-1])[1:]
+    return {"steps": n - 1, "e2e_ms": _stats(e2e), "main_ms": _stats(main),
+            "kernel_ms": _stats(kern), "ws_bytes_to_page": _stats(recv),
+            "ws_bytes_from_page": _stats(sent), "e2e_all": [round(x, 1) for x in e2e]}
+
+
+def play_through(page, trace: Path, names: list[str]) -> dict:
+    """Play the whole trace at a 50 ms tick; wall time from Play to the last step on screen."""
+    make = ", ".join(MAKE[n] for n in names)
+    out = page.evaluate(KERNEL_EXEC, f"""
+box.children = []
+src = TraceSource({str(trace)!r}); hl = Highlight()
+player = Player(src, [{make}], interval_ms=50)
+box.children = [player.widget]
+print(json.dumps([r.step for r in src.records]))""")
+    rec_steps = json.loads(out.strip().splitlines()[-1])
+    page.wait_for_selector(".da-play button", timeout=120_000)
+    page.wait_for_timeout(1500)
+    t0 = time.perf_counter()
+    page.locator(".da-play button").first.click()
+    page.wait_for_function(
+        f"document.querySelector('.da-step-counter').innerText.trim() === 'step {rec_steps[-1]}'",
+        timeout=600_000, polling="raf")
+    wall = (time.perf_counter() - t0) * 1e3
+    kern = json.loads(page.evaluate(KERNEL_EXEC, "print(json.dumps(player.update_ms))")
+                      .strip().splitlines()[-1])
+    ticks = len(rec_steps) - 1
+    return {"ticks": ticks, "interval_ms": 50, "wall_ms": round(wall), "ms_per_tick":
+            round(wall / ticks, 1), "frames_drawn": len(kern) - 1}
+
+
+def _task_s(cdp) -> float:
+    m = {x["name"]: x["value"] for x in cdp.send("Performance.getMetrics")["metrics"]}
+    return m["TaskDuration"]
+
+
+def main() -> None:
+    from playwright.sync_api import sync_playwright
+    from widgets_cpu import code_version
+
+    load0 = os.getloadavg()[0]
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--traces", nargs="*", default=None, help="trace name prefixes")
+    ap.add_argument("--sets", nargs="*", default=list(SETS), choices=list(SETS))
+    ap.add_argument("--steps", type=int, default=None, help="at most this many steps per run")
+    ap.add_argument("--no-play", action="store_true")
+    ap.add_argument("--width", type=int, default=1440)
+    ap.add_argument("--height", type=int, default=900)
+    args = ap.parse_args()
+    traces = [p for p in sorted((ROOT / "traces").glob("*.jsonl.gz"))
+              if not args.traces or p.name.startswith(tuple(args.traces))]
+    rows = []
+    with Lab() as lab, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        page = browser.new_page(viewport={"width": args.width, "height": args.height})
+        cdp = page.context.new_cdp_session(page)
+        cdp.send("Performance.enable")
+        wire = Wire(page)
+        open_notebook(page, lab)
+        for trace in traces:
+            row = {"trace": trace.name}
+            for s in args.sets:
+                row[s] = run_set(page, cdp, wire, trace, SETS[s], args.steps)
+                r = row[s]
+                print(f"{trace.name:24s} {s:14s} e2e {r['e2e_ms']['median']:7.1f}/"
+                      f"{r['e2e_ms']['p95']:7.1f}  main {r['main_ms']['median']:7.1f}/"
+                      f"{r['main_ms']['p95']:7.1f}  kernel {r['kernel_ms']['median']:6.1f}/"
+                      f"{r['kernel_ms']['p95']:6.1f} ms (median/p95)  ws kB to/from page "
+                      f"{r['ws_bytes_to_page']['median'] / 1e3:.1f}/"
+                      f"{r['ws_bytes_from_page']['median'] / 1e3:.1f}", flush=True)
+            if not args.no_play:
+                row["play_pair_04"] = play_through(page, trace, SETS["pair_04"])
+                print(f"{trace.name:24s} play pair_04 at 50 ms: {row['play_pair_04']}",
+                      flush=True)
+            rows.append(row)
+        browser.close()
+    doc = {"command": " ".join(["python", *sys.argv]), "code": code_version(),
+           "machine": platform.machine(), "cpus": os.cpu_count(),
+           "load_avg_1m_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)],
+           "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "browser": f"{CHROMIUM} (headless, --disable-gpu), viewport {args.width}x{args.height}",
+           "rows": rows}
+    if args.out:
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""Frames that keep up: long rows are drawn as runs of alike blocks, and a tick sends only what
+changed. These tests hold the drawing to the records (every block of every run, the hover of a
+block inside a run) and check what goes to the front end; speed itself is measured by
+bench/widgets_cpu.py and bench/widgets_browser.py, not asserted here."""
+
+from pathlib import Path
+
+import plotly.graph_objects as go
+import pytest
+from da_lab_widgets import BlocksDiagram, DAHookDiagram, Highlight, TraceSource
+from da_lab_widgets.rows import MASKED, Pusher, RequestView
+from drawn import hover, per_block, runs, trace
+
+TRACES = Path(__file__).resolve().parents[1] / "traces"
+
+
+@pytest.fixture(scope="module", params=["seed_cpu", "h200_tiny_seed", "h200_8b_64k"])
+def source(request):
+    return TraceSource(TRACES / f"{request.param}.jsonl.gz")
+
+
+def _expected_rows(h, view):
+    """Per slot, from the record: (a) the region colour of each logical block, (b) the staged
+    row's (colour, physical id), (c) the kernel's row: read blocks first, then the hidden."""
+    staged, kept = h.staged_row.tolist(), h.kept.tolist()
+    hidden = [lb for lb in range(h.blocks_total) if lb not in set(kept)]
+    logical = {j: view.colors[j] for j in range(h.blocks_total)}
+    stag = {j: (view.colors[j], p) for j, p in enumerate(staged)}
+    kernel = {j: (view.colors[lb], p) for j, (p, lb) in enumerate(zip(h.read_row.tolist(), kept,
+                                                                         strict=True))}
+    kernel.update({len(kept) + k: (MASKED, staged[lb]) for k, lb in enumerate(hidden)})
+    return logical, stag, kernel
+
+
+def test_runs_rebuild_every_block_of_every_step(source):
+    recs, hdr = source.records, source.header
+    hl = Highlight()
+    blocks, hook = BlocksDiagram(hdr, hl), DAHookDiagram(hdr, hl)
+    prov = hdr["provenance"]
+    rid = recs[0].added[0]["req"]
+    shown = 0
+    for i, rec in enumerate(recs):
+        blocks.show(recs, i)
+        hook.show(recs, i)
+        h = rec.request(rid)
+        if h is None or not h.hooked:
+            continue
+        shown += 1
+        view = RequestView.of(recs, rid, prov["block_size"], prov["num_blocks"])
+        logical, stag, kernel = _expected_rows(h, view)
+        fig = blocks.figure
+        # the last logical block is a shape of its own, filled to seq_len (test_widgets.py)
+        last = next(s for s in fig.layout.shapes if s.name == "logical last")
+        assert last.x0 + 0.5 == h.blocks_total - 1
+        assert per_block(fig, "logical") == {j: c for j, c in logical.items()
+                                             if j < h.blocks_total - 1}
+        assert last.fillcolor == logical[h.blocks_total - 1]
+        assert per_block(fig, "staged") == {j: c for j, (c, _) in stag.items()}
+        assert per_block(fig, "kernel") == {j: c for j, (c, _) in kernel.items()}
+        kept = set(h.kept.tolist())
+        assert per_block(hook.figure, "row") == {
+            j: (view.colors[j] if j in kept else MASKED) for j in range(h.blocks_total)}
+        # a run's label is its physical ids, first to last: they count up inside a run
+        text = trace(fig, "labels")
+        at = {(x, y): t for x, y, t in zip(text.x, text.y, text.text, strict=True)}
+        for name, y, row in (("staged", 2, stag), ("kernel", 1, kernel)):
+            for j0, stop, _ in runs(fig, name):
+                j1 = stop - 1
+                ids = [row[j][1] for j in range(j0, j1 + 1)]
+                assert ids == list(range(ids[0], ids[0] + len(ids)))
+                label = at.get(((j0 + j1) / 2, y))
+                assert label in (None, str(ids[0]) if j0 == j1 else f"{ids[0]}–{ids[-1]}")
+        if prov["num_blocks"] > 1000:
+            # a 2,000-block row is a handful of bars, not one marker per block
+            assert all(len(runs(fig, k)) < 40 for k in ("logical", "staged", "kernel"))
+            assert len(runs(hook.figure, "row")) < 40
+    assert shown > 0.9 * len(recs)
+
+
+def test_hover_on_a_block_inside_a_run_names_it_and_its_slot(source):
+    recs, hdr = source.records, source.header
+    i = next(k for k, r in enumerate(recs) if r.requests[0].mode == "focus")
+    hl = Highlight()
+    blocks, hook = BlocksDiagram(hdr, hl), DAHookDiagram(hdr, hl)
+    blocks.show(recs, i)
+    hook.show(recs, i)
+    h = recs[i].requests[0]
+    prov = hdr["provenance"]
+    view = RequestView.of(recs, h.req, prov["block_size"], prov["num_blocks"])
+    logical, stag, kernel = _expected_rows(h, view)
+    staged = h.staged_row.tolist()
+    # the middle block of the widest run of each row
+    a, b, _ = max(runs(blocks.figure, "staged"), key=lambda r: r[1] - r[0])
+    j = (a + b) // 2
+    assert hover(blocks.figure, "staged", j) == (
+        f"staged[{j}] = physical {staged[j]} (logical {j}, {view.regions[j]})")
+    assert hover(blocks.figure, "logical", j) == (
+        f"logical {j} ({view.regions[j]}) → physical {staged[j]}")
+    read = "read" if j in set(h.kept.tolist()) else "masked, not read"
+    assert hover(hook.figure, "row", j) == (
+        f"logical {j} ({view.regions[j]}) → physical {staged[j]}: {read}")
+    a, b, _ = max(runs(blocks.figure, "kernel"), key=lambda r: r[1] - r[0])
+    k = (a + b) // 2
+    p = kernel[k][1]
+    lb = staged.index(p)
+    state = "read" if k < len(h.kept) else "hidden, not read"
+    assert hover(blocks.figure, "kernel", k) == (
+        f"kernel row {k}: physical {p} (logical {lb}, {view.regions[lb]}): {state}")
+    assert hover(blocks.figure, "staged", len(staged)) is None     # past the row: no block
+    # hovering that block of the staged row highlights its physical slot everywhere
+    blocks._hovered("staged", _points(j))
+    assert hl.block == staged[j]
+    assert blocks.label.value == (f"block {staged[j]}: logical {j} of {h.req}, "
+                                  f"physical slot {staged[j]}")
+
+
+def _points(x: int):
+    from plotly.callbacks import Points
+
+    return Points(point_inds=[[0, x]], xs=[x], ys=[0], trace_name="", trace_index=0)
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """Every comm message widgets publish, as (comm id, data)."""
+    import comm
+
+    out = []
+    monkeypatch.setattr(comm.DummyComm, "publish_msg",
+                        lambda self, msg_type, data=None, metadata=None, buffers=None, **k:
+                        out.append((self.comm_id, data)))
+    return out
+
+
+def _updates(msgs, fig) -> list[dict]:
+    """The plotly updates a figure sent: {'style_traces', 'style_data', 'layout_data'}."""
+    out = []
+    for cid, data in msgs:
+        state = (data or {}).get("state") or {}
+        if cid == fig.comm.comm_id and state.get("_py2js_update"):
+            out.append(state["_py2js_update"])
+    return out
+
+
+def test_an_unchanged_tick_sends_nothing_and_a_decode_step_only_what_moved(sent):
+    src = TraceSource(TRACES / "h200_8b_64k.jsonl.gz")
+    recs = src.records
+    hl = Highlight()
+    blocks, hook = BlocksDiagram(src.header, hl), DAHookDiagram(src.header, hl)
+    # two decode steps in a row under GLOBAL: same blocks, one more token
+    i = next(k for k in range(1, len(recs)) if recs[k].requests[0].mode == "global"
+             and recs[k - 1].requests[0].mode == "global"
+             and recs[k].requests[0].blocks_total == recs[k - 1].requests[0].blocks_total)
+    for d in (blocks, hook):
+        d.show(recs, i - 1)
+    sent.clear()
+    for d in (blocks, hook):
+        d.show(recs, i - 1)                        # the same step again: nothing to say
+    assert sent == []
+    for d in (blocks, hook):
+        d.show(recs, i)
+    # the blocks figure: no trace data at all (runs, hover layers, grid unchanged); only the
+    # title and the shapes (the last block's fill) move
+    ups = _updates(sent, blocks.figure)
+    assert len(ups) == 1 and ups[0]["style_traces"] == [] and not ups[0]["style_data"]
+    assert set(ups[0]["layout_data"]) == {"title.text", "shapes"}
+    # the hook's row: only its title
+    ups = _updates(sent, hook.figure)
+    assert len(ups) == 1 and not ups[0]["style_data"]
+    assert set(ups[0]["layout_data"]) == {"title.text"}
+    # the hook's chart: one point more, its 'this step' marker moved; nothing else
+    ups = _updates(sent, hook.chart)
+    assert len(ups) == 1 and sorted(ups[0]["style_traces"]) == [0, 1, 2]
+
+
+def test_pusher_sends_only_changed_traces_and_keys(sent):
+    fig = go.FigureWidget()
+    fig.add_scatter(x=[0], y=[0], mode="text", text=["a"])
+    fig.add_heatmap(z=[[1, 2]], customdata=[["a", "b"]])
+    fig.add_heatmap(z=[[3, 4]], customdata=[["c", "d"]])
+    push = Pusher(fig)
+    push({0: {"text": ["a"]}, 1: {"z": [[1, 2]], "customdata": [["a", "b"]]},
+          2: {"z": [[3, 4]], "customdata": [["c", "d"]]}})
+    sent.clear()
+    push({0: {"text": ["a"]}, 1: {"z": [[1, 2]], "customdata": [["a", "b"]]},
+          2: {"z": [[3, 5]], "customdata": [["c", "d"]]}}, {"title.text": "t"})
+    (up,) = _updates(sent, fig)
+    # only heatmap 2, only its z; the unchanged scatter and heatmap stay out
+    assert up["style_traces"] == [2] and up["style_data"] == {"z": [[[3, 5]]]}
+    assert up["layout_data"] == {"title.text": "t"}
+    sent.clear()
+    # a text change and a z change: two kinds of trace, two messages; heatmap 1 resends
+    # nothing it did not change, heatmap 2 its remembered z next to its new customdata
+    push({0: {"text": ["b"]}, 2: {"z": [[3, 5]], "customdata": [["c", "e"]]}})
+    ups = _updates(sent, fig)
+    assert [u["style_traces"] for u in ups] == [[0], [2]]
+    assert ups[1]["style_data"] == {"customdata": [[["c", "e"]]]}
+    assert list(fig.data[2].customdata[0]) == ["c", "e"] and fig.data[0].text == ("b",)
+    sent.clear()
+    push({0: {"text": ["b"]}}, {"title.text": "t"})
+    assert sent == []
