@@ -48,7 +48,7 @@ class SteeringPanel:
         self.chunk_picker.add_class("da-steer-chunks")
         self.chunk_picker.observe(lambda _c: self.refresh(), "value")
         # The outcome of the last press (kept until the next one) ...
-        self.status = widgets.Label("" if lab is not None else REPLAY)
+        self.status = widgets.Label("")
         self.status.add_class("da-steer-status")
         # ... and, refreshed every step, why buttons are off right now.
         self.off = widgets.HTML()
@@ -67,7 +67,7 @@ class SteeringPanel:
         """The diagram follows `req` from now on (its first request, or a new one)."""
         self.req = req
         added = added_entry(records, req) or {}
-        self.note.value = stream_note(self.header, added)
+        self.note.value = stream_note(self.header, added, live=self.lab is not None)
         if layout is not None and not self.chunk_picker.options:
             self.chunk_picker.options = [f"C{k}" for k in range(1, layout.n_chunks + 1)]
             self.chunk_picker.value = [f"C{default_focus(added, layout.n_chunks)}"]
@@ -164,7 +164,7 @@ _LEGEND = (
     "hook's tag buffer)")
 
 
-def stream_note(header: dict, added: dict) -> str:
+def stream_note(header: dict, added: dict, live: bool = True) -> str:
     """What the learner reads in the stream: the marks, and whose words the text is."""
     from da_lab.engine.models import MODEL_NAME, TRAINED_NAME
 
@@ -180,9 +180,11 @@ def stream_note(header: dict, added: dict) -> str:
             who += " Here the director's script also writes tags, cutting into the model's own."
     elif name == MODEL_NAME:
         who = (f"{name} has random weights: its text is noise. Every tag here is the "
-               "director's, written from its script or by your buttons.")
+               "director's: " + ("written from its script or by your buttons." if live
+                                 else "written from its script."))
     else:
-        who = (f"The text is {_escape(name)}'s own; tags come from the director's script and "
-               "your buttons" + (", or from the model if it learned to write them." if not
-                                 scripted else "."))
+        by = ["the director's script"] if scripted else []
+        by += ["your buttons"] if live else []
+        who = (f"The text is {_escape(name)}'s own; tags come from "
+               + " and ".join(by + ["the model itself, if it learned to write them"]) + ".")
     return f'<div style="font-size:11px;color:#555;margin:2px 0 4px">{who}<br>{_LEGEND}</div>'
