@@ -117,7 +117,7 @@ class Lab:
         self._phase("importing torch and vLLM")
         # ~1M long-lived objects: collecting while they are made, and again at each of
         # LLM()'s gc.collect() calls, is about a third of the start (engine/startup.py).
-        with startup.gc_paused():
+        with startup.frozen_imports():
             import torch
             from vllm import LLM
 
@@ -125,7 +125,6 @@ class Lab:
             from da_lab.hook.state import TRACKER
 
             register()   # also loaded by vLLM as a plugin; idempotent
-        startup.freeze_heap()
         self._phase("starting the engine")
         # The "Loading safetensors checkpoint shards" bar: a widget in a notebook.
         engine_kwargs.setdefault("use_tqdm_on_load", False)

@@ -116,8 +116,8 @@ class SteeringPanel:
                     "move the slider to the last step first")
         r = self.lab.requests.get(self.req)
         if r is None or r["finished"]:
-            return (f"{self.req} has finished; press “new request” (beside ▶) to add one and "
-                    "keep playing")
+            return (f"{self.req} has finished, and steering needs a running request: add "
+                    "one (“new request” beside ▶, or lab.add_request) and keep playing")
         return None
 
     # ---- pressing a button -----------------------------------------------------------------
