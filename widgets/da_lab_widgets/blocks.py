@@ -20,6 +20,7 @@ import plotly.graph_objects as go
 
 from da_lab.core.record import RequestStep, StepRecord
 
+from .figure import FigureWidget
 from .highlight import Highlight
 from .rows import (
     CACHED,
@@ -92,7 +93,7 @@ class BlocksDiagram:
         gx = [p % self.cols for p in range(g)]
         gy = [p // self.cols for p in range(g)]
         cell = _GRID_PX * 0.88
-        fig = go.FigureWidget(layout=dict(
+        fig = FigureWidget(layout=dict(
             width=_W, height=plot_h + _M["t"] + _M["b"], margin=_M, showlegend=False,
             plot_bgcolor="white", barmode="overlay", hovermode="closest",
             title=dict(text="", font=dict(size=13), x=0.01, xanchor="left"),

@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 from da_lab.core.record import RequestStep, StepRecord
 from da_lab.core.tags import Directive, Mode
 
+from .figure import FigureWidget
 from .highlight import Highlight
 from .rows import HL, MASKED, NONE, Pusher, RequestView, phys_row
 from .series import Series
@@ -116,7 +117,7 @@ class DAHookDiagram:
 
     # ---- static parts ----------------------------------------------------------------------
     def _build_row(self) -> go.FigureWidget:
-        fig = go.FigureWidget(layout=dict(
+        fig = FigureWidget(layout=dict(
             width=_W, height=96, margin=dict(l=10, r=10, t=24, b=6), showlegend=False,
             plot_bgcolor="white", hovermode="closest",
             title=dict(text="", font=dict(size=12), x=0.01, xanchor="left"),
@@ -129,7 +130,7 @@ class DAHookDiagram:
         return fig
 
     def _build_chart(self) -> go.FigureWidget:
-        fig = go.FigureWidget(layout=dict(
+        fig = FigureWidget(layout=dict(
             width=_W, height=220, margin=dict(l=50, r=10, t=30, b=40), plot_bgcolor="white",
             title=dict(text="blocks read per step", font=dict(size=12), x=0.01, xanchor="left"),
             xaxis=dict(title="engine step", showgrid=True, gridcolor="#eee"),

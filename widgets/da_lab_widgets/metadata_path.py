@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from da_lab.core.record import StepRecord
 
+from .figure import FigureWidget
 from .highlight import Highlight
 from .rows import kernel_row, phys_row
 
@@ -235,7 +236,7 @@ class MetadataPathDiagram:
                             hoverinfo="text", hovertext=["(no step shown yet)"],
                             showlegend=False, name="packet")
         x_lo, x_hi = -BOX_W / 2 - 0.1, self._x(n - 1) + BOX_W / 2 + 0.1
-        fig = go.FigureWidget(data=[packet])
+        fig = FigureWidget(data=[packet])
         prov = self.header.get("provenance") or {}
         runner = str(prov.get("runner", "?")).split(".")[-1]
         fig.update_layout(

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from da_lab.core.record import StepRecord
 
+from .figure import FigureWidget
 from .highlight import Highlight
 from .skeleton_answers import html_one_backend, html_variant, skeleton_diff  # noqa: F401
 from .skeleton_view import (
@@ -320,7 +321,7 @@ def _figure(go, shapes, notes, hovers, title: str, n_caption: int, top: float):
     hover = go.Scatter(x=hx, y=hy, mode="markers", hoverinfo="text", hovertext=htext,
                        marker=dict(size=30, opacity=0), showlegend=False, name="slots")
     cap_px = 16 * n_caption + 20
-    fig = go.FigureWidget(data=[hover])
+    fig = FigureWidget(data=[hover])
     fig.update_layout(
         title=dict(text=title, x=0.01, font=dict(size=14)), shapes=shapes,
         annotations=notes, height=int(PX * (top + 0.3)) + 50 + cap_px, width=1250,
