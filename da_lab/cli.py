@@ -9,9 +9,7 @@ import sys
 from pathlib import Path
 
 from da_lab.engine.env import quiet_stdout as _quiet_stdout
-
-# The seed scenario's script: GLOBAL -> <focus C3,C7> -> <local> -> <global>.
-SEED_TAGS = [(4, "<focus C3,C7>"), (16, "<local>"), (28, "<global>")]
+from da_lab.lesson import SEED_TAGS  # the seed scenario's script (da_lab/lesson.py)
 
 
 def demo_rows(records, rid: str) -> list[dict]:

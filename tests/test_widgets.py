@@ -228,3 +228,49 @@ def test_live_source_runs_one_engine_step_per_record_and_steers(lab):
     assert hook.blocks_read.value == f"blocks read: {hs[-1].blocks_read}"
     print(f"\nlive: {len(player.step_ms)} engine steps, median "
           f"{median(player.step_ms):.1f} ms; redraw median {median(player.update_ms):.1f} ms")
+
+
+def test_steering_buttons_are_off_with_a_reason_and_new_request_keeps_playing(lab):
+    """Issue 15: a finished request left the buttons on (a press then failed), LOCAL while LOCAL
+    wrote a second <local>, and ▶ at the end silently started over at step 0."""
+    def add(lab):
+        return lab.add_request(lab.seed_prompt(n_chunks=4), max_tokens=12)
+
+    src = LiveSource(lab, new_request=add)
+    rid = add(lab)
+    hook = DAHookDiagram(src.header, Highlight(), lab=lab)
+    player = Player(src, [hook])
+    off = hook.steering.off
+    assert hook.req == rid and hook.steer_buttons["global"].disabled     # GLOBAL already
+    assert "already in GLOBAL mode" in off.value
+    assert not hook.steer_buttons["local"].disabled
+    assert not hook.steer_buttons["focus"].disabled and hook.chunk_picker.value == ("C1",)
+
+    hook.steer_buttons["local"].click()
+    assert "the director writes <local>" in hook.steer_status.value
+    assert hook.steer_buttons["local"].disabled and "LOCAL is off" in off.value
+    player.step()
+    player.slider.value = 0                       # an earlier step on screen: steering off
+    assert all(b.disabled for b in hook.steer_buttons.values())
+    assert "you are looking at step" in off.value
+    while player.step():
+        pass
+    assert lab.requests[rid]["text"].count("<local>") == 1
+    assert all(b.disabled for b in hook.steer_buttons.values())
+    assert f"{rid} has finished" in off.value and "new request" in off.value
+    assert "finished" in player.note.value and not player.play.playing
+    # ▶ at the end: Play's max is one past the last record, so a press ticks into "finished"
+    # instead of wrapping to step 0 (ipywidgets' Play restarts only when value == max).
+    last = player.i
+    assert player.play.max == len(src.records) == last + 1
+    player.play.value = last + 1                  # the tick a press at the end produces
+    assert player.i == last and player.play.value == last and "finished" in player.note.value
+
+    new = player.new_request()
+    assert new != rid and hook.req == new and player.play.playing
+    assert "finished" not in player.note.value
+    assert src.records[-1].request(new) is not None          # one engine step ran it
+    assert not hook.steer_buttons["local"].disabled
+    while player.step():
+        pass
+    assert lab.requests[new]["finished"] and len(lab.requests[new]["token_ids"]) == 12

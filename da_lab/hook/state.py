@@ -145,23 +145,11 @@ class Tracker:
         self.step_index += 1
         return self.step_index
 
-    def steer(self, da_id: str, at: int, ids: list[int], max_tokens: int,
-              what: str = "the tag") -> int:
-        """Force `ids` into request `da_id`'s output from index `at` on (or after the tag being
-        written there): the director's live script. Returns the first index used; raises
-        ValueError when the tag could not close before the request's last token."""
-        script = self.scripts.get(da_id, [])
-        for a, tag in script:                # never cut a tag that is being written
-            if a <= at < a + len(tag):
-                at = a + len(tag)
-        # The mode changes the step after '>': a tag that can't close before the last token
-        # would be half-written and change nothing.
-        room = max_tokens - at - 1
-        if len(ids) > room:
-            raise ValueError(f"request {da_id!r} has {max(room, 0)} tokens left after its next "
-                             f"one; {what} needs {len(ids)} and one more step to take effect")
+    def steer(self, da_id: str, at: int, ids: list[int]) -> None:
+        """Force `ids` into request `da_id`'s output from index `at` on: the director's live
+        script. The caller (engine/steering.py) picked `at`: not yet sampled, clear of every
+        other scripted tag, with room for the tag to close and take effect."""
         self.scripts.setdefault(da_id, []).append((at, list(ids)))
-        return at
 
     def end_script(self, da_id: str) -> None:
         """The request finished: its live script is done."""

@@ -15,6 +15,8 @@ _EXPORTS = {
     "SkeletonDiagram": "skeleton",
     "MetadataPathDiagram": "metadata_path",
     "export_trace": "export",
+    "preload_figures": "figure",
+    "LiveFigure": "figure",
 }
 
 __all__ = list(_EXPORTS)

@@ -6,9 +6,9 @@ a tag was trapped at its '>'), three lamps for the mode, the three layers a step
 (model code, metadata path + DA hook, kernel) with this step's numbers, the request's row of
 logical blocks coloured by DA region with the masked ones grey, and blocks read per step.
 
-With a live Lab, "steer it yourself": a button makes the director write a tag into the
-request's own output stream from its next token; the hook then traps it like a tag the model
-wrote (Lab.steer). Replays can't steer, so the buttons are disabled there.
+With a live Lab, "steer it yourself" (steering.py): a button makes the director write a tag
+into the request's own output stream from the engine's next token; the hook then traps it like a
+tag the model wrote (Lab.steer). Buttons that can't work now are disabled, with the reason shown.
 """
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from da_lab.core.record import RequestStep, StepRecord
-from da_lab.core.tags import Directive, Mode, parse_tag, tag_text
+from da_lab.core.tags import Directive, Mode
 
 from . import runs as rn
 from .figure import LiveFigure
 from .highlight import Highlight
 from .rows import HL, MASKED, NONE, Pusher, RequestView, phys_row
 from .series import Series
-from .source import added_entry, first_request, request_in
+from .source import first_request, request_in
+from .steering import SteeringPanel
 
 _W = 920
 _LAMP_ON = {"global": "#2a9d8f", "focus": "#1f6fb4", "local": "#e76f51"}
@@ -103,11 +104,15 @@ class DAHookDiagram:
         self.push_row, self.push_chart = Pusher(self.figure), Pusher(self.chart)
         self.chart_box = widgets.Box([self.chart])
         self.chart_box.add_class("da-blocks-chart")
-        self.steer_box = self._build_steering()
+        self.steering = SteeringPanel(lab, header)
+        self.steer_buttons = self.steering.buttons
+        self.chunk_picker = self.steering.chunk_picker
+        self.steer_status = self.steering.status
+        self.steer_box = self.steering.widget
         self.widget = widgets.VBox([
             self.title,
             widgets.HBox([*self.lamps.values(), self.tag_buffer]),
-            self.stream,
+            self.stream, self.steering.note,
             widgets.VBox(list(self.bands.values())),
             self.figure, self.key, self.blocks_read, self.chart_box, self.steer_box])
         self.widget.add_class("da-dahook")
@@ -146,26 +151,6 @@ class DAHookDiagram:
                                     line=dict(width=2.5)), showlegend=False)
         return fig
 
-    def _build_steering(self) -> widgets.Widget:
-        live = self.lab is not None
-        why = "" if live else "replay: steering needs a live Lab (LiveSource)"
-        self.steer_buttons = {}
-        for m in Mode:
-            b = widgets.Button(description=m.value.upper(), disabled=not live,
-                               tooltip=why or f"write <{m.value}…> into the response stream")
-            b.add_class(f"da-steer-{m.value}")
-            b.on_click(lambda _b, m=m: self.steer(m.value))
-            self.steer_buttons[m.value] = b
-        self.chunk_picker = widgets.SelectMultiple(options=[], rows=4, disabled=not live,
-                                                   description="focus on", tooltip=why)
-        self.chunk_picker.add_class("da-steer-chunks")
-        self.steer_status = widgets.Label(why)
-        self.steer_status.add_class("da-steer-status")
-        return widgets.VBox([
-            widgets.HTML("<b>steer it yourself</b>"),
-            widgets.HBox([*self.steer_buttons.values(), self.chunk_picker]),
-            self.steer_status])
-
     def _bind(self, records: list, req: str, n_min: int) -> None:
         view = self.view = RequestView.reuse(self.view, records, req, self.block_size,
                                              self.num_blocks, n_min)
@@ -183,21 +168,9 @@ class DAHookDiagram:
             f"{chunk_sw} chunks {chunks} · {sw(seen.get('tail', NONE))} Q question (scaffold "
             f"tail) · {sw(seen.get('response', NONE))} R response · {sw(MASKED)} masked "
             f"(hidden from the kernel this step)</span>")
-        if lay is not None and not self.chunk_picker.options:
-            names = [f"C{k}" for k in range(1, lay.n_chunks + 1)]
-            self.chunk_picker.options = names
-            self.chunk_picker.value = [f"C{c}" for c in self._default_focus(records, req, lay)]
+        self.steering.bind(records, req, lay)
         if self._series is None or self._series.req != req or self._series.records is not records:
             self._series = Series(records, req)
-
-    @staticmethod
-    def _default_focus(records: list, req: str, lay) -> tuple[int, ...]:
-        """The chunks of the first <focus …> in the request's director script, else C1."""
-        for _at, text in (added_entry(records, req) or {}).get("tags") or ():
-            d = parse_tag(str(text), lay.n_chunks)
-            if isinstance(d, Directive) and d.mode is Mode.FOCUS:
-                return d.chunks
-        return (1,)
 
     # ---- per step --------------------------------------------------------------------------
     def show(self, records: list, i: int) -> None:
@@ -247,6 +220,7 @@ class DAHookDiagram:
         self.push_chart({0: {"x": s.steps[:k], "y": s.read[:k]},
                           1: {"x": s.steps[:k], "y": s.total[:k]},
                           2: {"x": s.steps[k - 1:k], "y": s.read[k - 1:k]}})
+        self.steering.refresh(records, i)
 
     def _stream_html(self, text: str, s: Series, i: int, prev_end: int, buf: str) -> str:
         marks = [(a, b, kind) for k, a, b, kind in s.tags if k <= i and b > a]
@@ -374,27 +348,3 @@ class DAHookDiagram:
     def _on_highlight(self, _change=None) -> None:
         if self._records is not None and self.view is not None:
             self.push_row({}, {"shapes": self._marks()})
-
-    # ---- steering --------------------------------------------------------------------------
-    def steer(self, mode: str) -> str | None:
-        """Have the director write the tag for `mode` (focus: the picked chunks) into the
-        request's output from its next token. Returns the tag, or None if it could not."""
-        if self.lab is None:
-            self.steer_status.value = "replay: steering needs a live Lab (LiveSource)"
-            return None
-        if self.req is None:
-            self.steer_status.value = "no request yet: add one to the Lab and step once"
-            return None
-        try:
-            chunks = tuple(int(c[1:]) for c in self.chunk_picker.value) \
-                if mode == Mode.FOCUS.value else ()
-            tag = tag_text(Directive(Mode(mode), chunks))
-            at = self.lab.steer(self.req, tag)
-        except (ValueError, KeyError, AttributeError) as e:
-            self.steer_status.value = f"could not steer: {e}"
-            return None
-        self.steer_status.value = (f"the director writes {tag} into {self.req}'s output from "
-                                   f"token {at}; the hook traps it at '>' and the mode changes "
-                                   f"the step after")
-        return tag
-

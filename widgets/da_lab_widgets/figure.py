@@ -133,3 +133,9 @@ class LiveFigure(go.FigureWidget):
     def _a_view_drew(self, change) -> None:
         if change["new"] is not None:
             self._view_drew = True
+
+
+def preload_figures() -> None:
+    """Send plotly's front-end module to the page now (the notebooks' first cell calls this
+    before the engine starts, so the browser evaluates it while the kernel imports vLLM)."""
+    _ensure_carrier()

@@ -58,12 +58,25 @@ class LiveSource:
 
     live = True
 
-    def __init__(self, lab) -> None:
+    def __init__(self, lab, new_request=None) -> None:
+        """`new_request(lab)`, if given, adds a request to the Lab and returns its id (or an
+        object with `.rid` whose str() describes it): the player's "new request" button."""
         self.lab = lab
+        self._new_request = new_request
         # The same header a recording made now would carry (Lab.record writes these three).
         self.header = {"provenance": lab.provenance(), "skeleton": lab.skeleton(),
                        "initial_kv": lab.kv_changes_from_empty()}
         self.records: list[StepRecord] = []
+
+    @property
+    def can_add(self) -> bool:
+        return self._new_request is not None
+
+    def new_request(self):
+        """Add a request through the factory given at construction (see __init__)."""
+        if self._new_request is None:
+            raise ValueError("this LiveSource was made without new_request=")
+        return self._new_request(self.lab)
 
     def ensure(self, i: int) -> bool:
         while len(self.records) <= i:

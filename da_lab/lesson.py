@@ -1,0 +1,86 @@
+"""The notebooks' requests: what a learner runs, steers, and adds with "new request".
+
+With the trained model (da-tiny-tags, the default) a lesson request is a held-out question of the
+task it learned (da_lab/training/task.py): a scaffold, 12 one-block chunks of `C<k> <key>
+<value>.` records, and a question. Nobody writes its tags: the model writes `<focus Ck>` itself,
+then the answer, then `</s>`. The Lab ignores `</s>` (ignore_eos), so the request runs on for
+LESSON_TOKENS tokens and there is time to steer it; after its answer the model, which never
+learned what comes next, babbles fragments of the records it can still see.
+
+With any other model (the random da-tiny-v1 that the tests pin, a folder in DA_LAB_MODEL) it is
+the seed scenario: 12 chunks of "key has value" records, a question, and the director's script
+SEED_TAGS, since such a model writes no tags of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+# The seed scenario's script: GLOBAL -> <focus C3,C7> -> <local> -> <global>.
+SEED_TAGS = [(4, "<focus C3,C7>"), (16, "<local>"), (28, "<global>")]
+# 200 tokens: about 80 s of play at the player's 400 ms a step, time to steer several times.
+LESSON_TOKENS = 200
+LESSON_SEED = 20261201          # the held-out stream's seed for lesson questions
+
+
+@dataclass
+class Lesson:
+    rid: str
+    text: str           # what the learner should know about this request, in two sentences
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def writes_own_tags(model: str | Path) -> bool:
+    """Is `model` the trained da-tiny-tags (the only model whose task prompts we can build)?"""
+    from da_lab.engine.models import TRAINED_DIR
+
+    return Path(model).resolve() == TRAINED_DIR.resolve()
+
+
+def lesson_question(k: int):
+    """The k-th lesson question: held-out single-chunk questions whose answer is not in C1
+    (so the steering panel's default FOCUS, C1, never repeats the model's own tag)."""
+    from da_lab.training import task
+
+    found, i = -1, 0
+    while True:
+        s = task.sample(LESSON_SEED, i, task.HELDOUT)
+        i += 1
+        if s.kind == "single" and s.directive.chunks != (1,):
+            found += 1
+            if found == k:
+                return s
+
+
+def _free_id(lab, prefix: str) -> tuple[int, str]:
+    k = 1
+    while f"{prefix}{k}" in lab.requests:
+        k += 1
+    return k, f"{prefix}{k}"
+
+
+def add_lesson_request(lab, max_tokens: int = LESSON_TOKENS) -> Lesson:
+    """Add the next lesson request to a running Lab; returns its id and what to say about it."""
+    name = Path(lab.model).name
+    if writes_own_tags(lab.model):
+        k, rid = _free_id(lab, "q")
+        s = lesson_question(k - 1)
+        lab.add_request(s.prompt, max_tokens=max_tokens, request_id=rid)
+        question = s.prompt.tail.strip().removeprefix("Question:").split("Answer:")[0].strip()
+        return Lesson(rid, (
+            f"{rid}: 12 chunks of records, then the question “{question}” (the answer is in "
+            f"{s.tag[len('<focus '):-1]}). {name} was trained to write {s.tag} {s.answer} and "
+            f"stop; the lab ignores its stop token, so {rid} runs {max_tokens} tokens: after "
+            "the answer the model babbles fragments of the records it can still see. Steer it "
+            "while it runs."))
+    _k, rid = _free_id(lab, "seed")
+    tags = [(at, t) for at, t in SEED_TAGS if at + len(lab.encode(t)) < max_tokens]
+    lab.add_request(lab.seed_prompt(), tags=tags, max_tokens=max_tokens, request_id=rid)
+    script = ", ".join(f"{t} at token {at}" for at, t in tags)
+    return Lesson(rid, (
+        f"{rid}: 12 chunks of records, then a question, {max_tokens} tokens. {name} writes no "
+        f"tags of its own (random weights write noise), so the director writes them: "
+        f"{script or 'none'}. Steer it while it runs."))
