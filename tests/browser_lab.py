@@ -33,12 +33,18 @@ class Server:
     settings and workspaces are kept out (a fresh folder each), so the test sees the defaults
     make lab gives."""
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, model: str | None = "") -> None:
+        """model: DA_LAB_MODEL for the kernels; None: unset (the learner's default model);
+        "": as this process has it."""
         self.work = work
         self.pages = 0
         lab_files.write_settings(work)
         self.port, self.token = _free_port(), secrets.token_hex(16)
         env = lab_files.server_env(work, dict(os.environ))
+        if model is None:
+            env.pop("DA_LAB_MODEL", None)
+        elif model:
+            env["DA_LAB_MODEL"] = model
         env.update(JUPYTERLAB_SETTINGS_DIR=str(work / ".user-settings"),
                    JUPYTERLAB_WORKSPACES_DIR=str(work / ".workspaces"))
         argv = [sys.executable, "-m", "jupyterlab", "--no-browser", *lab_files.server_flags(work),
@@ -196,7 +202,8 @@ LAYOUT_JS = """(sel) => [...document.querySelectorAll(sel)].map(root => {
             if (r.right > s.right + 1 || r.left < s.left - 1) over.push('clipped ' + name(e));
             const scale = s.width / (svg.width.baseVal.value || s.width);
             const f = parseFloat(getComputedStyle(e).fontSize) * scale;
-            if (e.closest('.textpoint')) {       // a label inside a mark (a block's id)
+            // a label inside a mark: a block's id in its square (scatter text, heatmap cell)
+            if (e.closest('.textpoint') || e.closest('.heatmaplayer')) {
                 if (f < minMark) { minMark = f; minMarkText = name(e); }
             } else if (f < minFont) { minFont = f; minText = name(e); }
         } else if (!svg && [...e.childNodes].some(

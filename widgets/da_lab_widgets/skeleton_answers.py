@@ -30,7 +30,8 @@ def html_one_backend(sk: dict) -> str:
                    "(backend, impl, window) combinations.")
     return (f"<p>{verdict}</p><table><tr><th>backend</th><th>impl</th><th>sliding window</th>"
             f"<th>slots</th></tr>{rows}</table>"
-            "<p><small>Computed from this run's skeleton (introspected at load time).</small></p>")
+            "<p><span style='font-size:11px'>Computed from this run's skeleton (introspected at "
+            "load time).</span></p>")
 
 
 def skeleton_diff(base: dict, other: dict) -> list[tuple[str, str, str]]:

@@ -54,8 +54,8 @@ class SteeringPanel:
         self.off = widgets.HTML()
         self.off.add_class("da-steer-off")
         self.widget = widgets.VBox([
-            widgets.HTML("<b>steer it yourself</b> <small>(a button makes the engine write "
-                         "that tag into the response from its next token)</small>"),
+            widgets.HTML("<b>steer it yourself</b> <span style='font-size:11px'>(a button makes "
+                         "the engine write that tag into the response from its next token)</span>"),
             widgets.HBox([*self.buttons.values(), self.chunk_picker]),
             self.status, self.off])
         self.note = widgets.HTML()    # under the stream: what the learner is reading
@@ -99,10 +99,11 @@ class SteeringPanel:
                                   "into the response from the engine's next token"
         self.chunk_picker.disabled = why is not None
         if why is not None:
-            self.off.value = f"<small>steering is off: {_escape(why)}</small>"
+            self.off.value = f"<span style='font-size:11px'>steering is off: {_escape(why)}</span>"
         else:
             lines = [f"{m.upper()} is off: {_escape(r)}" for m, r in per.items() if r]
-            self.off.value = "<small>" + "<br>".join(lines) + "</small>" if lines else ""
+            self.off.value = (f"<span style='font-size:11px'>{'<br>'.join(lines)}</span>"
+                              if lines else "")
 
     def _why_none(self) -> str | None:
         """Why no button can work now (None: each button decides for itself)."""
