@@ -58,7 +58,7 @@ _W = 920
 _M = dict(l=200, r=20, t=56, b=10)
 _ROW_PX = 38          # one row of (a)-(c)
 _GRID_PX = 27         # one cell of (d), where the ids are written in the cells
-_GRID_W = 560         # (d) at most this wide where they are not: the page redraws the grid's
+_GRID_W = 480         # (d) at most this wide where they are not: the page redraws the grid's
                       # image at its size in pixels on every update
 _GAP_PX = 46          # between the rows and the grid (room for the grid's caption)
 _Y = {"logical": 3, "staged": 2, "kernel": 1}
