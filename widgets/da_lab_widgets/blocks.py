@@ -8,6 +8,10 @@ One request's view of paged attention, one engine step at a time:
     (d) the physical KV cache, one cell per block of the engine's cache, coloured by owner.
 Every number drawn comes from the step record or the trace header. Hovering a block in (a)-(d)
 sets the shared Highlight; the highlighted physical block is outlined in every panel.
+
+Rows of 2,000 blocks stay cheap: (a)-(c) are drawn as runs of alike blocks (runs.py) under
+per-block hover layers, (d) as one heatmap (kvgrid.py), and a step sends only what changed (a
+decode step: the title and the last block's fill).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from da_lab.core.record import RequestStep, StepRecord
 
 from .figure import LiveFigure
 from .highlight import Highlight
-from .kvgrid import GRID_PALETTE, add_grid, grid_cells, kv_quiet
+from .kvgrid import GRID_LABELS, GRID_PALETTE, add_grid, grid_cells, kv_quiet
 from .rows import (
     CACHED,
     FLASH,
@@ -54,7 +58,9 @@ from .source import first_request, kv_state, request_in
 _W = 920
 _M = dict(l=200, r=20, t=56, b=10)
 _ROW_PX = 38          # one row of (a)-(c)
-_GRID_PX = 27         # one cell of (d)
+_GRID_PX = 27         # one cell of (d), where the ids are written in the cells
+_GRID_W = 480         # (d) at most this wide where they are not: the page redraws the grid's
+                      # image at its size in pixels on every update
 _GAP_PX = 46          # between the rows and the grid (room for the grid's caption)
 _Y = {"logical": 3, "staged": 2, "kernel": 1}
 _FULL = 0.84          # bar height of a full logical block (row pitch is 1)
@@ -107,7 +113,9 @@ class BlocksDiagram:
 
     # ---- the static figure -----------------------------------------------------------------
     def _build_figure(self) -> go.FigureWidget:
-        grid_px = self.grid_rows * _GRID_PX
+        cell = self._grid_cell = (_GRID_PX if self.num_blocks <= GRID_LABELS
+                                  else max(8, min(_GRID_PX, _GRID_W // self.cols)))
+        grid_px = self.grid_rows * cell
         plot_h = 3 * _ROW_PX + _GAP_PX + grid_px
         self._plot_w = plot_w = _W - _M["l"] - _M["r"]
         prov = self.header.get("provenance") or {}
@@ -120,7 +128,7 @@ class BlocksDiagram:
             yaxis=dict(domain=[(grid_px + _GAP_PX) / plot_h, 1], range=[0.45, 3.55],
                        tickvals=[3, 2, 1], ticktext=["", "", ""], fixedrange=True,
                        showgrid=False, zeroline=False),
-            xaxis2=dict(domain=[0, min(1.0, cols * _GRID_PX / plot_w)], anchor="y2",
+            xaxis2=dict(domain=[0, min(1.0, cols * cell / plot_w)], anchor="y2",
                         range=[-0.5, cols - 0.5], visible=False, fixedrange=True),
             yaxis2=dict(domain=[0, grid_px / plot_h], anchor="x2", visible=False,
                         range=[rows - 0.5, -0.5], fixedrange=True),
@@ -130,7 +138,7 @@ class BlocksDiagram:
                      text=(f"(d) physical KV cache: {g} blocks × {self.block_size} tokens"
                            f" — {html.escape(str(prov.get('vllm', '')))}, "
                            f"{html.escape(str(prov.get('backend', '')))}")),
-                dict(xref="paper", yref="paper", x=min(1.0, cols * _GRID_PX / plot_w) + 0.02,
+                dict(xref="paper", yref="paper", x=min(1.0, cols * cell / plot_w) + 0.02,
                      y=grid_px / plot_h, yanchor="top", xanchor="left", showarrow=False,
                      align="left", font=dict(size=11), text=""),
             ], shapes=[]))

@@ -307,11 +307,13 @@ class DAHookDiagram:
             return ({0: rn.run_bars([], 0, 0, self._cell), 1: rn.labels([], self._cell),
                      2: rn.hover_data([], n)},
                     {"shapes": self._marks(),
-                     "title.text": f"{html.escape(v.req)}: not scheduled at step {rec.step}"})
+                     "title.text": f"{html.escape(v.req)}: not scheduled this step"})
         total, ns = h.blocks_total, len(staged)
         kept_list = h.kept.tolist()
         kept = set(kept_list)
-        title = (f"{html.escape(v.req)}'s row at step {rec.step}: "
+        # No step number in the title: the player shows it, and a figure sent nothing new is
+        # not redrawn (each plotly update redraws the whole figure)
+        title = (f"{html.escape(v.req)}'s row: "
                  f"{len(kept & set(range(total)))} of {total} logical blocks read")
         # the same blocks as last step: the runs and hover data are what was sent
         key = (v, self._cell, total, staged, kept_list)

@@ -58,6 +58,9 @@ class Pusher:
     stays out of the message, and so does a key no trace has new values for (comparing two
     lists here is far cheaper than plotly's bookkeeping, the bytes and the browser's redraw).
     Layout changes are remembered and filtered the same way. Nothing new: no message at all.
+    That matters more than the bytes: plotly's widget view marks every update it applies
+    (`_doNotReportToPy`), which plotly.js takes for a data edit, so EVERY message redraws the
+    whole figure in the browser, however small the change.
 
     plotly_update skips plotly's per-element validators, which cost ~1 ms per array of colours;
     every value here is built by this package as plain lists of str/number, so nothing needs
