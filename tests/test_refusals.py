@@ -59,6 +59,10 @@ def test_speculative_decoding_is_refused():
              parallel_config=NS(decode_context_parallel_size=2))
     with pytest.raises(DAUnsupported, match="context parallelism"):
         check_specs(cfg, {})
+    cfg = NS(model_config=NS(model="m"), speculative_config=None,
+             parallel_config=NS(decode_context_parallel_size=1, pipeline_parallel_size=2))
+    with pytest.raises(DAUnsupported, match="pipeline parallelism"):
+        check_specs(cfg, {})
 
 
 HOOKED = textwrap.dedent("""

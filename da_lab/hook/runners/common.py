@@ -28,6 +28,10 @@ def check_specs(vllm_config, specs: dict) -> None:
             getattr(pc, "prefill_context_parallel_size", 1) > 1:
         raise DAUnsupported(f"{name}: context parallelism shards each row's KV across ranks; "
                             "the DA hook needs whole rows")
+    if getattr(pc, "pipeline_parallel_size", 1) > 1:
+        raise DAUnsupported(f"{name}: pipeline parallelism: only the last stage samples tokens, "
+                            "so earlier stages could not see the tags; the DA hook supports "
+                            "tensor and data parallelism")
     for layer, spec in specs.items():
         if type(spec) is not FullAttentionSpec:
             kind = type(spec).__name__
