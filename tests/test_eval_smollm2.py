@@ -23,7 +23,7 @@ ROW_KEYS = {"id", "kind", "expected_tag", "expected_answer", "expected_values", 
             "base_correct", "wrong_tag", "wrong_tag_text", "wrong_tag_correct",
             "wrong_tag_kept_after_tag", "hidden_chunk", "hidden_chunk_text",
             "hidden_chunk_correct", "hidden_chunk_kept_after_tag", "hidden_chunks",
-            "wrong_tag_chance", "flags"}
+            "wrong_tag_chance", "flags", "wrong_tag_refused", "hidden_chunk_refused"}
 
 
 @pytest.fixture(scope="module")

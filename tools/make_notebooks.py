@@ -256,7 +256,8 @@ print(MODEL, "->", model_path(MODEL))'''),
 res = run_eval(40, model_path(MODEL), progress=False)
 print(table(res))
 for r in res["rows"][:6]:
-    print(f"{r['kind']:<7} expected {r['tag']} {r['answer']!r:<14} wrote {r['da_text']!r}")'''),
+    print(f"{r['kind']:<7} expected {r['expected_tag']} {r['expected_answer']!r:<14} "
+          f"wrote {r['text']!r}")'''),
         md("## Live: watch it choose\nOne held-out question, no director: the tag buffer "
            "fills with what the model writes, traps at `>`, and the row shrinks to the chunk it "
            "named. Press ▶ or run the next cell."),
