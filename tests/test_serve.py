@@ -194,31 +194,44 @@ def _stream_then_leave(url: str, body: dict) -> None:
 
 
 def test_a_client_leaving_mid_tag_leaves_no_da_state(server, client, lab):
+    """Two streaming clients leave while the director's 38-token tag is being written. How far
+    the engine got before the abort reached it depends on this machine's load, so a round
+    where both tags closed first is run again (at most 4 rounds); every round must leave no DA
+    state, and a request stopped inside its tag must say so."""
     seed = lab.seed_prompt()
     long_tag = lab.encode("<focus C1,C2,C3,C4,C5,C6,C7,C8,C9,C10,C11,C12>")
+    start, end = 2, 2 + len(long_tag)            # output indices of the tag's tokens
     before = metrics(server.url)
-    bodies = [{"model": client.model, "prompt": seed.token_ids, "max_tokens": 1500,
-               "stream": True, "ignore_eos": True, "vllm_xargs": {
-                   "da_layout": layout_to_wire(seed.layout), "da_id": f"leaver-{k}",
-                   "da_director": director_to_wire([(2, long_tag)])}} for k in range(2)]
-    threads = [threading.Thread(target=_stream_then_leave, args=(server.url, b))
-               for b in bodies]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    deadline = time.monotonic() + 30
-    while live_state(server.url)["live_requests"] and time.monotonic() < deadline:
-        time.sleep(0.2)
-    state = live_state(server.url)
-    assert state["live_requests"] == 0 and state["refused_live"] == 0
-    assert state["pending_outputs"] == 0 and state["unconsumed_steps"] == 0
-    for k in range(2):
-        s = httpx.get(f"{server.url}/da/requests/leaver-{k}").json()
-        assert s["live"] is False and s["tokens_seen"] < 2 + len(long_tag), s
-        assert "aborted_mid_tag" in s["flags"], s
+    mid = []
+    for rnd in range(4):
+        ids = [f"leaver-{rnd}-{k}" for k in range(2)]
+        bodies = [{"model": client.model, "prompt": seed.token_ids, "max_tokens": 1500,
+                   "stream": True, "ignore_eos": True, "vllm_xargs": {
+                       "da_layout": layout_to_wire(seed.layout), "da_id": rid,
+                       "da_director": director_to_wire([(start, long_tag)])}} for rid in ids]
+        threads = [threading.Thread(target=_stream_then_leave, args=(server.url, b))
+                   for b in bodies]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        deadline = time.monotonic() + 30
+        while live_state(server.url)["live_requests"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        state = live_state(server.url)
+        assert state["live_requests"] == 0 and state["refused_live"] == 0
+        assert state["pending_outputs"] == 0 and state["unconsumed_steps"] == 0
+        for rid in ids:
+            s = httpx.get(f"{server.url}/da/requests/{rid}").json()
+            assert s["live"] is False and s["tokens_seen"] < 1500, s     # it was aborted
+            inside = start < s["tokens_seen"] < end
+            assert ("aborted_mid_tag" in s["flags"]) == inside, s
+            mid.append(inside)
+        if any(mid):
+            break
+    assert any(mid), "no round stopped a request inside its tag"
     after = metrics(server.url)
-    assert moved(before, after, "da_lab:warnings_total", kind="aborted_mid_tag") == 2
+    assert moved(before, after, "da_lab:warnings_total", kind="aborted_mid_tag") == sum(mid)
     assert after[("da_lab:requests_running", ())] == 0
     assert len(client.send(seed, max_tokens=4, ignore_eos=True).token_ids) == 4
 
