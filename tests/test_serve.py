@@ -97,19 +97,37 @@ def test_concurrent_layouts_and_plain_requests_keep_their_tokens(server, client,
 
     def go(job):
         prompt, tags, stream = job
-        return client.send(prompt, tags=tags, max_tokens=24, ignore_eos=True, stream=stream)
+        return client.send(prompt, tags=tags, max_tokens=128, ignore_eos=True, stream=stream)
 
     solo = [go(j) for j in jobs]
-    before = metrics(server.url)
-    with ThreadPoolExecutor(len(jobs)) as ex:
-        together = list(ex.map(go, jobs))
-    for a, b in zip(solo, together, strict=True):
-        assert b.token_ids == a.token_ids and b.tags == a.tags
-        assert b.stats.get("blocks_read") == a.stats.get("blocks_read")
     assert len({tuple(r.token_ids) for r in solo[:4]}) == 4
-    # They did run side by side: fewer DA steps than the requests' steps added up.
-    steps = moved(before, metrics(server.url), "da_lab:steps_total")
-    assert 0 < steps < sum(r.stats["steps"] for r in together if r.stats)
+    # Side by side is up to timing: with the openai client called from threads on two cores,
+    # requests sometimes reach the server one after another (measured against a stock vLLM
+    # server without the plugins: 6 x 128 tokens took 129 engine steps in most rounds and up to
+    # 642 in some; plain httpx always 129). So the requests are long, a barrier starts them, and
+    # every attempt must keep each request's tokens; at least one of three must have overlapped
+    # (fewer DA engine steps than the DA requests' steps added up), or the test has not shown
+    # what it is about.
+    gate = threading.Barrier(len(jobs))
+
+    def together_go(job):
+        gate.wait()
+        return go(job)
+
+    overlapped = []
+    for _attempt in range(3):
+        before = metrics(server.url)
+        with ThreadPoolExecutor(len(jobs)) as ex:
+            together = list(ex.map(together_go, jobs))
+        for a, b in zip(solo, together, strict=True):
+            assert b.token_ids == a.token_ids and b.tags == a.tags
+            assert b.stats.get("blocks_read") == a.stats.get("blocks_read")
+        steps = moved(before, metrics(server.url), "da_lab:steps_total")
+        assert steps > 0
+        overlapped.append(steps < sum(r.stats["steps"] for r in together if r.stats))
+        if overlapped[-1]:
+            break
+    assert any(overlapped), f"the requests never ran side by side in {len(overlapped)} tries"
 
 
 BAD = [({"da_layout": "{nope"}, "not valid JSON"),
