@@ -85,7 +85,7 @@ def _bench(args, port: int, input_len: int, extra: dict | None, out: Path) -> di
            "0", "--num-prompts", str(args.num_prompts), "--max-concurrency",
            str(args.concurrency), "--ignore-eos", "--percentile-metrics", "ttft,tpot,itl",
            "--metric-percentiles", "50,99", "--save-result", "--result-dir", str(out.parent),
-           "--result-filename", out.name, "--seed", str(args.seed)]
+           "--result-filename", out.name, "--seed", str(args.seed), "--save-detailed"]
     if extra is not None:
         cli += ["--extra-body", json.dumps(extra)]
     code = ("import sys\n"
@@ -93,9 +93,72 @@ def _bench(args, port: int, input_len: int, extra: dict | None, out: Path) -> di
             "except ImportError:\n from vllm.utils import FlexibleArgumentParser as P\n"
             "from vllm.benchmarks.serve import add_cli_args, main\n"
             "p = P(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))\n")
+    before = _engine_itl(port)
     subprocess.run([sys.executable, "-c", code, *cli], check=True)
     res = json.loads(out.read_text())
-    return {k: res.get(k) for k in KEEP}
+    row = {k: res.get(k) for k in KEEP}
+    row.update(_stream_shape(res))
+    row.update(_itl_delta(before, _engine_itl(port)))
+    return row
+
+
+def _stream_shape(res: dict) -> dict:
+    """How many tokens each streamed chunk carried: vLLM merges a request's outputs when the
+    API server's stream falls behind, and bench serve's ITL is per chunk, not per token."""
+    chunks = [len(x) + 1 for x in res.get("itls") or []]      # + the first token's chunk
+    toks = res.get("output_lens") or []
+    if not chunks or len(chunks) != len(toks):
+        return {}
+    return {"chunks_per_request": round(sum(chunks) / len(chunks), 1),
+            "tokens_per_chunk": round(sum(toks) / max(1, sum(chunks)), 2)}
+
+
+def _engine_itl(port: int) -> dict | None:
+    """vLLM's own vllm:inter_token_latency_seconds histogram (engine-core timestamps per
+    token, so unaffected by how the stream was chunked), summed over its label sets."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    names = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+    found: dict = {}                 # older vLLMs name the same histogram the second way
+    for fam in text_string_to_metric_families(text):
+        if fam.name.removesuffix("_seconds") + "_seconds" not in names:
+            continue
+        out = found.setdefault(fam.name.removesuffix("_seconds"),
+                               {"sum": 0.0, "count": 0.0, "le": {}})
+        for smp in fam.samples:
+            if smp.name.endswith("_sum"):
+                out["sum"] += smp.value
+            elif smp.name.endswith("_count"):
+                out["count"] += smp.value
+            elif smp.name.endswith("_bucket"):
+                le = float(smp.labels["le"])
+                out["le"][le] = out["le"].get(le, 0.0) + smp.value
+    return next((found[n.removesuffix("_seconds")] for n in names
+                 if n.removesuffix("_seconds") in found), None)
+
+
+def _itl_delta(a: dict | None, b: dict | None) -> dict:
+    """The run's engine-side ITL: exact mean (sum/count) and a median interpolated within
+    vLLM's histogram buckets (coarse: 10, 25, 50, 75, 100 ms ...)."""
+    if not a or not b or b["count"] <= a["count"]:
+        return {}
+    n = b["count"] - a["count"]
+    cum = sorted((le, b["le"][le] - a["le"].get(le, 0.0)) for le in b["le"])
+    median, lo, below = None, 0.0, 0.0
+    for le, c in cum:
+        if c >= n / 2:
+            hi = le if le != float("inf") else lo
+            median = lo + (hi - lo) * ((n / 2 - below) / max(c - below, 1e-9))
+            break
+        lo, below = le, c
+    return {"engine_itl_tokens": int(n),
+            "engine_mean_itl_ms": round((b["sum"] - a["sum"]) / n * 1e3, 2),
+            "engine_median_itl_ms": None if median is None else round(median * 1e3, 1)}
 
 
 def _kept_len(args) -> int:
@@ -112,13 +175,30 @@ def _ratios(rows: dict) -> dict:
             return None
         return round(y / x if inverse else x / y, 3)
 
+    def over_repeats(name, key):
+        vals = sorted(v[key] for k, v in rows.items()
+                      if (k == name or k.startswith(name + "_r")) and v.get(key))
+        return vals[len(vals) // 2] if vals else None     # the median run (upper, if even)
+
+    plain, stock = over_repeats("plugin_plain", "output_throughput"), \
+        over_repeats("stock", "output_throughput")
     return {
         "focus_vs_global_median_itl": r("da_focus", "da_global", "median_itl_ms", True),
         "focus_vs_stock_kept_median_itl": r("da_focus", "stock_kept", "median_itl_ms", True),
+        "focus_vs_global_engine_mean_itl": r("da_focus", "da_global", "engine_mean_itl_ms",
+                                             True),
+        "focus_vs_global_engine_median_itl": r("da_focus", "da_global",
+                                               "engine_median_itl_ms", True),
+        "focus_vs_stock_kept_engine_mean_itl": r("da_focus", "stock_kept",
+                                                 "engine_mean_itl_ms", True),
         "focus_vs_global_output_tok_s": r("da_focus", "da_global", "output_throughput"),
+        "focus_vs_global_mean_tpot": r("da_focus", "da_global", "mean_tpot_ms", True),
         "plugin_plain_vs_stock_output_tok_s": r("plugin_plain", "stock", "output_throughput"),
+        "plugin_plain_vs_stock_output_tok_s_median_of_repeats":
+            round(plain / stock, 3) if plain and stock else None,
         "plugin_plain_vs_stock_median_itl": r("plugin_plain", "stock", "median_itl_ms", True),
         "global_vs_stock_median_itl": r("da_global", "stock", "median_itl_ms", True),
+        "global_vs_stock_engine_mean_itl": r("da_global", "stock", "engine_mean_itl_ms", True),
     }
 
 
@@ -158,13 +238,20 @@ def main(argv=None) -> int:
     ap.add_argument("--num-prompts", type=int, default=None, help="default: --concurrency")
     ap.add_argument("--max-model-len", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="run stock and plugin_plain this many times (their ratio is noisy)")
     ap.add_argument("--ready-timeout", type=float, default=300.0)
     ap.add_argument("--only", default="stock,da", help="which servers: stock, da")
     ap.add_argument("--out", required=True)
     ap.add_argument("--vllm-arg", dest="vllm_args", action="append", default=[],
                     help="one more `vllm serve` option for both servers (repeatable)")
     ap.add_argument("--work", default="/tmp/serve_bench")
+    ap.add_argument("--combine", nargs="+", metavar="JSON",
+                    help="merge earlier --only runs (e.g. the stock and the DA server, run in "
+                         "separate calls) into --out, with the ratios over all their rows")
     args = ap.parse_args(argv)
+    if args.combine:
+        return combine(args.combine, args.out, argv)
     args.num_prompts = args.num_prompts or args.concurrency
     args.max_model_len = args.max_model_len or args.input_len + args.output_len + 256
     from da_lab.serve.bench import extra_body
@@ -176,8 +263,11 @@ def main(argv=None) -> int:
     kept = _kept_len(args)
     body = {m: extra_body(args.input_len, args.output_len, m) for m in ("global", "focus")}
     rows: dict = {}
-    phases = {"stock": [("stock", args.input_len, None), ("stock_kept", kept, None)],
+    again = [f"_r{i + 1}" for i in range(1, args.repeats)]
+    phases = {"stock": [("stock", args.input_len, None), ("stock_kept", kept, None),
+                        *[("stock" + r, args.input_len, None) for r in again]],
               "da": [("plugin_plain", args.input_len, None),
+                     *[("plugin_plain" + r, args.input_len, None) for r in again],
                      ("da_global", args.input_len, body["global"]),
                      ("da_focus", args.input_len, body["focus"])]}
     servers = {}
@@ -202,6 +292,20 @@ def main(argv=None) -> int:
         doc["device_error"] = repr(e)
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps({"ratios": doc["ratios"], "servers": servers}, indent=1))
+    return 0
+
+
+def combine(paths: list[str], out: str, argv) -> int:
+    docs = [json.loads(Path(p).read_text()) for p in paths]
+    doc = dict(docs[0], rows={}, servers={}, parts=[d["command"] for d in docs],
+               command="python bench/serve_gpu.py " + " ".join(argv or sys.argv[1:]),
+               wall_s=round(sum(d.get("wall_s", 0) for d in docs), 1))
+    for d in docs:
+        doc["rows"].update(d["rows"])
+        doc["servers"].update(d["servers"])
+    doc["ratios"] = _ratios(doc["rows"])
+    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps({"ratios": doc["ratios"]}, indent=1))
     return 0
 
 
