@@ -211,10 +211,13 @@ def _stream_then_leave(url: str, body: dict) -> None:
                 return
 
 
+MAX_LEAVER = 4000    # ~12 s on two idle cores: time for a client to read its tag and leave
+
+
 def test_a_client_leaving_mid_tag_leaves_no_da_state(server, client, lab):
     """Two streaming clients leave while the director's 38-token tag is being written. How far
     the engine got before the abort reached it depends on this machine's load, so a round
-    where both tags closed first is run again (at most 4 rounds); every round must leave no DA
+    where both tags closed first (or the requests finished first) is run again (at most 4); every round must leave no DA
     state, and a request stopped inside its tag must say so."""
     seed = lab.seed_prompt()
     long_tag = lab.encode("<focus C1,C2,C3,C4,C5,C6,C7,C8,C9,C10,C11,C12>")
@@ -223,7 +226,7 @@ def test_a_client_leaving_mid_tag_leaves_no_da_state(server, client, lab):
     mid = []
     for rnd in range(4):
         ids = [f"leaver-{rnd}-{k}" for k in range(2)]
-        bodies = [{"model": client.model, "prompt": seed.token_ids, "max_tokens": 1500,
+        bodies = [{"model": client.model, "prompt": seed.token_ids, "max_tokens": MAX_LEAVER,
                    "stream": True, "ignore_eos": True, "vllm_xargs": {
                        "da_layout": layout_to_wire(seed.layout), "da_id": rid,
                        "da_director": director_to_wire([(start, long_tag)])}} for rid in ids]
@@ -241,7 +244,9 @@ def test_a_client_leaving_mid_tag_leaves_no_da_state(server, client, lab):
         assert state["pending_outputs"] == 0 and state["unconsumed_steps"] == 0
         for rid in ids:
             s = httpx.get(f"{server.url}/da/requests/{rid}").json()
-            assert s["live"] is False and s["tokens_seen"] < 1500, s     # it was aborted
+            assert s["live"] is False, s
+            # A client starved on a busy machine may read its tag only after the request
+            # finished: that round tested no leaving (no flag either); the next one may.
             inside = start < s["tokens_seen"] < end
             assert ("aborted_mid_tag" in s["flags"]) == inside, s
             mid.append(inside)
