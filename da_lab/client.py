@@ -59,6 +59,9 @@ class DAClient:
 
         from da_lab.serve.prompt import ServerTokenizer
 
+        if not server.startswith(("http://", "https://")):
+            raise ValueError(f"--server takes the server's URL (http://HOST:PORT, as "
+                             f"`da-lab serve` prints it), not {server!r}")
         self.root = server_root(server)
         self.http = httpx.Client(timeout=timeout)
         self.openai = OpenAI(base_url=self.root + "/v1", api_key=api_key, timeout=timeout)
@@ -155,7 +158,13 @@ def cmd_ask(args) -> int:
     except (OSError, ValueError, RuntimeError) as e:
         print(f"da-lab: {e}", file=sys.stderr)
         return 2
-    except Exception as e:   # noqa: BLE001 - openai's errors: show the server's message
+    except (ImportError, AttributeError, TypeError):
+        raise                       # our own bugs keep their traceback
+    except Exception as e:   # noqa: BLE001 - the openai/httpx connection errors
+        if type(e).__name__ in ("APIConnectionError", "ConnectError", "ConnectTimeout"):
+            print(f"da-lab: no server answers at {args.server} (is `da-lab serve` running "
+                  f"there?): {e}", file=sys.stderr)
+            return 2
         print(f"da-lab: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     if args.json:

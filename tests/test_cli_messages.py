@@ -86,3 +86,14 @@ def test_cli_messages_model_with_few_positions(tiny_model, tmp_path):
         max_model_len(small, 64, 32, 1000)
     out = cli("demo", "--model", str(small), "--max-model-len", "200", "--max-tokens", "4")
     one_line_error(out, "max_model_len 200", "813")
+
+
+@pytest.mark.parametrize("server, needle", [
+    ("http://127.0.0.1:9", "no server answers at http://127.0.0.1:9"),   # port 9: nothing
+    ("localhost:8000", "takes the server's URL"),
+])
+def test_cli_messages_ask_without_a_server(server, needle, tmp_path):
+    chunk = tmp_path / "c1.txt"
+    chunk.write_text("The value of key 7 is 41.")
+    one_line_error(cli("ask", "--server", server, "--chunks", str(chunk), "--question", "x?",
+                       timeout=120), needle)
