@@ -97,3 +97,9 @@ def test_cli_messages_ask_without_a_server(server, needle, tmp_path):
     chunk.write_text("The value of key 7 is 41.")
     one_line_error(cli("ask", "--server", server, "--chunks", str(chunk), "--question", "x?",
                        timeout=120), needle)
+
+
+@pytest.mark.parametrize("model", ["/nonexistent", "no-such-model"])
+def test_cli_messages_serve_unknown_model(model):
+    one_line_error(cli("serve", "--model", model, "--port", "0", timeout=120),
+                   f"--model {model}: no model folder")

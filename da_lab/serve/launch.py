@@ -34,9 +34,16 @@ def model_folder(name: str | None) -> tuple[str, list[str]]:
         from da_lab.bench.plan import prepare_model
 
         return str(prepare_model(name, 131072)), ["--load-format", "dummy"]
-    from da_lab.engine.models import model_path
+    from da_lab.engine.models import MODEL_NAMES, model_path
 
-    return str(model_path(name)), []
+    folder = model_path(name)
+    if not (folder / "config.json").is_file():
+        # Caught here, not as vLLM's Hugging Face lookup traceback (the lab never downloads).
+        raise FileNotFoundError(
+            f"--model {name}: no model folder there (no config.json); give one of the lab's "
+            f"models ({', '.join((*MODEL_NAMES, 'llama-8b-dummy'))}) or a local Hugging "
+            "Face model folder")
+    return str(folder), []
 
 
 def plugins_env(current: str | None) -> str:
