@@ -148,6 +148,9 @@ def cmd_ask(args) -> int:
     """`da-lab ask`: one DA request; the reply on stdout (streamed), or one JSON document."""
     from pathlib import Path
 
+    import httpx
+    import openai
+
     try:
         chunks = [Path(f).read_text() for f in args.chunks]
         tags = [_director_arg(t) for t in args.tag]
@@ -158,13 +161,11 @@ def cmd_ask(args) -> int:
     except (OSError, ValueError, RuntimeError) as e:
         print(f"da-lab: {e}", file=sys.stderr)
         return 2
-    except (ImportError, AttributeError, TypeError):
-        raise                       # our own bugs keep their traceback
-    except Exception as e:   # noqa: BLE001 - the openai/httpx connection errors
-        if type(e).__name__ in ("APIConnectionError", "ConnectError", "ConnectTimeout"):
-            print(f"da-lab: no server answers at {args.server} (is `da-lab serve` running "
-                  f"there?): {e}", file=sys.stderr)
-            return 2
+    except (openai.APIConnectionError, httpx.TransportError) as e:
+        print(f"da-lab: no server answers at {args.server} (is `da-lab serve` running "
+              f"there?): {e}", file=sys.stderr)
+        return 2
+    except (openai.APIError, httpx.HTTPStatusError) as e:    # the server's own message
         print(f"da-lab: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     if args.json:
