@@ -16,7 +16,7 @@ from da_lab_widgets import (
     kv_state,
 )
 from da_lab_widgets.rows import CACHED, FLASH, FREE, HL, MASKED
-from drawn import grid_colors, grid_hover, hover, marked, per_block, trace
+from drawn import grid_colors, grid_hover, hover, last_block, marked, per_block, trace
 
 from da_lab.core.record import StepRecord
 from da_lab.trace import load
@@ -114,11 +114,7 @@ def test_diagrams_draw_each_records_values(source):
         # the last logical block is filled to seq_len
         bs = source.header["provenance"]["block_size"]
         last = h.seq_len - (h.blocks_total - 1) * bs
-        frame = next(sh for sh in fig.layout.shapes if sh.name == "logical frame")
-        filled = next(sh for sh in fig.layout.shapes if sh.name == "logical last")
-        assert frame.x0 + 0.5 == h.blocks_total - 1
-        assert (filled.y1 - filled.y0) == pytest.approx((frame.y1 - frame.y0) * last / bs,
-                                                        abs=2e-3)
+        assert last_block(fig)[:2] + last_block(fig)[3:] == (h.blocks_total - 1, last, bs)
         n_blocks = source.header["provenance"]["num_blocks"]
         state = kv_state(source.header, recs, i)
         expect = [blocks.owner_color(state[p]["owners"][0]) if p in state and state[p]["owners"]
