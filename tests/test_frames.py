@@ -8,7 +8,14 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 import pytest
-from da_lab_widgets import BlocksDiagram, DAHookDiagram, Highlight, TraceSource
+from da_lab_widgets import (
+    BlocksDiagram,
+    DAHookDiagram,
+    Highlight,
+    MetadataPathDiagram,
+    SkeletonDiagram,
+    TraceSource,
+)
 from da_lab_widgets.rows import MASKED, Pusher, RequestView
 from drawn import hover, last_block, per_block, runs, trace
 
@@ -167,7 +174,8 @@ def test_an_unchanged_tick_sends_nothing_and_a_decode_step_only_what_moved(sent)
     ups = _updates(sent, blocks.figure)
     assert len(ups) == 1 and ups[0]["style_traces"] == [] and not ups[0]["style_data"]
     edits = ups[0]["layout_data"]
-    keys = [re.fullmatch(r"shapes\[(\d+)\]\.(fillcolor|line\.color|label\.text)", k)
+    keys = [re.fullmatch(r"shapes\[(\d+)\]\.(fillcolor|line\.color|label\.text"
+                         r"|label\.font\.color)", k)
             for k in edits]
     assert all(keys), sorted(edits)
     on_page = len(blocks.figure.layout.shapes)
@@ -184,6 +192,40 @@ def test_an_unchanged_tick_sends_nothing_and_a_decode_step_only_what_moved(sent)
     # the hook's chart: one point more, its 'this step' marker moved; nothing else
     ups = _updates(sent, hook.chart)
     assert len(ups) == 1 and sorted(ups[0]["style_traces"]) == [0, 1, 2]
+
+
+# A layout edit plotly.js draws alone: one shape's colours or its label (plotly.py spells an
+# item of a layout array shapes.3.x in batch_update; LiveFigure's front end passes it on as
+# shapes[3].x, the spelling plotly.js needs for that).
+_ALONE = re.compile(r"shapes(?:\[(\d+)\]|\.(\d+))\.(fillcolor|line\.color|label\.text"
+                    r"|label\.font\.color)")
+
+
+def test_diagrams_1_and_3_step_by_label_edits_only(sent):
+    """A step of the skeleton and of the metadata path changes texts only: shape labels, and
+    the packet's hover as one string. No annotation's text (plotly.js redraws the whole figure
+    for that), no array-valued trace attribute (a whole redraw too)."""
+    src = TraceSource(TRACES / "seed_cpu.jsonl.gz")
+    recs, hl = src.records, Highlight()
+    skel, path = SkeletonDiagram(src.header, hl), MetadataPathDiagram(src.header, hl)
+    i = next(k for k in range(1, len(recs)) if recs[k].metadata is not None
+             and recs[k - 1].metadata is not None)
+    for d in (skel, path):
+        d.show(recs, i - 1)
+    sent.clear()
+    for d in (skel, path):
+        d.show(recs, i)
+    for d in (skel, path):
+        (up,) = _updates(sent, d.figure)
+        assert up["layout_data"] and all(_ALONE.fullmatch(k) for k in up["layout_data"]), up
+        notes = [d.figure.layout.shapes[int(m[1] or m[2])].label.text
+                 for m in map(_ALONE.fullmatch, up["layout_data"])]
+        assert any(f"step {recs[i].step}" in (t or "") for t in notes)
+    assert _updates(sent, skel.figure)[0]["style_data"] == {}
+    (up,) = _updates(sent, path.figure)
+    hover = up["style_data"].pop("hovertext")
+    assert up["style_data"] == {} and len(hover) == 1 and isinstance(hover[0], str)
+    assert f"step {recs[i].step}" in hover[0]
 
 
 def test_pusher_sends_only_changed_traces_and_keys(sent):

@@ -41,10 +41,10 @@ from .rows import (
     phys_row,
 )
 from .runs import (
-    CLEAR,
     LABEL_PX,
     Run,
     bar_layer,
+    fits,
     hover_data,
     hover_layer,
     id_range,
@@ -54,7 +54,7 @@ from .runs import (
     run_bars,
     spans,
 )
-from .shapes import hidden, text_shape
+from .shapes import filled_block, hidden, text_shape
 from .source import first_request, kv_state, request_in
 
 # ---- geometry (pixels are layout, not data) -------------------------------------------------
@@ -230,12 +230,15 @@ class BlocksDiagram:
         fill = h.seq_len - (total - 1) * bs
         # The rows change only with the blocks (a mode switch, a new block): the same blocks
         # as last step, the runs, labels and hover data are what was sent; only the fill moves.
-        key = (v, self._cell, total, staged, kept, built, 2 * fill >= bs)
+        key = (v, self._cell, total, staged, kept, built)
         if key != self._rows_key:
             self._rows_key = key
             self._rows = self._row_data(total, staged, kept, built, fill)
         upd.update(self._rows)
-        self._shapes = last_block(total - 1, fill, bs, self._last_run.fill)
+        last = self._last_run
+        y0 = _Y["logical"] - _FULL / 2
+        self._shapes = filled_block("logical", total - 1, y0, _FULL, fill, bs, last.fill,
+                                    last.label if fits(last, self._cell) else "", last.ink)
         # the tick labels change only with the rows (a new label can move plotly's margins and
         # redraw everything); what moves every step is in the title
         lay["yaxis.ticktext"] = [f"(a) logical blocks · {total}",
@@ -262,7 +265,9 @@ class BlocksDiagram:
         self._last_run = rows["logical"][-1]
         self._phys = {"logical": staged[: min(total, ns)], "staged": staged,
                       "kernel": [p for p, _, _ in order]}
-        out = {"labels": labels([(rows[k], _Y[k]) for k in rows], self._cell)}
+        # the last logical block's label is a shape's (last_block): its ink follows the fill
+        out = {"labels": labels([(rows["logical"][:-1], _Y["logical"])]
+                                + [(rows[k], _Y[k]) for k in ("staged", "kernel")], self._cell)}
         for key, half, line in (("logical", _FULL / 2, "#bbbbbb"), ("staged", _SQ, "white"),
                                 ("kernel", _SQ, "white")):
             runs = rows[key][:-1] if key == "logical" else rows[key]   # the last: shapes
@@ -279,15 +284,14 @@ class BlocksDiagram:
         return out
 
     def _logical_runs(self, total: int, staged: list[int], fill: int) -> list[Run]:
-        """(a): full blocks as runs; the last block a run of its own, drawn as two shapes (a
-        frame, filled to seq_len) since its fill moves every step."""
+        """(a): full blocks as runs; the last block a run of its own, drawn as shapes (a frame,
+        filled to seq_len, labelled) since its fill moves every step."""
         v, ns, each = self.view, len(staged), self._cell >= LABEL_PX
         keys = [(v.colors[j], staged[j] - j if j < ns else None, j if each else 0)
                 for j in range(total - 1)]
         runs = [Run(s, e, v.colors[s], v.inks[s], id_range(s, e - 1)) for s, e in spans(keys)]
         j = total - 1
-        return [*runs, Run(j, j + 1, v.colors[j],
-                           v.inks[j] if 2 * fill >= self.block_size else "#111", str(j))]
+        return [*runs, Run(j, j + 1, v.colors[j], v.inks[j], str(j))]
 
     def _staged_runs(self, staged: list[int]) -> list[Run]:
         v, each = self.view, self._cell >= LABEL_PX
@@ -383,18 +387,3 @@ class BlocksDiagram:
             return
         self.label.value = describe_block(self._records[self._i], p, self.req,
                                           kv_state(self.header, self._records, self._i))
-
-
-def last_block(j: int, fill: int, block_size: int, color: str) -> list[dict]:
-    """Row (a)'s last logical block, j, filled to `fill` of `block_size` tokens: a frame and
-    one slice per token slot, coloured up to the fill and clear above it. A decode step
-    colours one more slice (a colour edit, drawn alone); nothing moves until the next block."""
-    y0, h = _Y["logical"] - _FULL / 2, _FULL / block_size
-    frame = {"name": "logical frame", "layer": "below", "x0": j - 0.5, "x1": j + 0.5,
-             "y0": round(y0, 3), "y1": round(y0 + _FULL, 3), "fillcolor": "#f4f4f4",
-             "line": {"color": "#bbbbbb", "width": 1}}
-    return [frame] + [{"name": "logical fill", "layer": "below", "x0": j - 0.5, "x1": j + 0.5,
-                       "y0": round(y0 + t * h, 4), "y1": round(y0 + (t + 1) * h, 4),
-                       "fillcolor": color if t < fill else CLEAR,
-                       "line": {"color": CLEAR, "width": 0}}
-                      for t in range(block_size)]

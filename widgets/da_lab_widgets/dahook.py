@@ -53,7 +53,7 @@ def _visible(text: str) -> str:
     return "".join(out)
 
 
-def _chart_ranges(steps: list[int], total: list[int], chunk: int = 16) -> dict:
+def _chart_ranges(steps: list[int], total: list[int], chunk: int = 8) -> dict:
     """Axis ranges for the blocks-read chart: every step the run has recorded so far (a
     replay: the whole run), rounded up to whole chunks so a live run moves them rarely."""
     if not steps:

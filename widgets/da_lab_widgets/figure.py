@@ -100,11 +100,21 @@ function cheapUpdates(M, V, Plotly) {
       try { apply.call(this); } finally { this.model = raw; }
     };
   }
+  // The kernel's edits are drawn in a task of their own, after the messages already in:
+  // the kernel's "idle" for this step is read first, so the player's next tick reaches the
+  // kernel while the page draws this one (the kernel and the page work side by side).
+  const queue = [];
   function fromKernel(view, run) {
-    view._daFromKernel = (view._daFromKernel || 0) + 1;
-    let done;
-    try { done = run(); } finally {
-      Promise.resolve(done).catch(() => {}).then(() => { view._daFromKernel -= 1; });
+    queue.push([view, run]);
+    if (queue.length === 1) setTimeout(drawQueued, 0);
+  }
+  function drawQueued() {
+    for (const [view, run] of queue.splice(0)) {
+      view._daFromKernel = (view._daFromKernel || 0) + 1;
+      let done;
+      try { done = run(); } finally {
+        Promise.resolve(done).catch(() => {}).then(() => { view._daFromKernel -= 1; });
+      }
     }
   }
   // plotly.py names an item of a layout array "shapes.3.label.text" (fig.layout.shapes[3]
@@ -207,7 +217,38 @@ class LiveFigure(go.FigureWidget):
             if name in state and now is not None:
                 to_json = self.trait_metadata(name, "to_json", self._trait_to_json)
                 state[name] = to_json(now, self)  # plotly's to_json copies as it converts
+        if key is None:         # a new copy (a second tab) starts from the figure, no message
+            state.update((m, None) for m in _MESSAGES if m in state)
         return state
+
+    # plotly.py syncs an edit as four comm messages: each edit id, the message, then the
+    # message reset to None. Here it is one: the ids with the message, which is not reset
+    # (the next one differs from it by its ids, so the page still sees every edit).
+    def _send_once(self, name: str, msg: dict, traces: bool) -> None:
+        with self.hold_sync():
+            self._last_layout_edit_id += 1
+            msg["layout_edit_id"] = self._last_layout_edit_id
+            if traces:
+                self._last_trace_edit_id += 1
+                msg["trace_edit_id"] = self._last_trace_edit_id
+            setattr(self, name, msg)
+
+    def _send_update_msg(self, restyle_data, relayout_data, trace_indexes=None,
+                         source_view_id=None):
+        self._send_once("_py2js_update", {
+            "style_data": restyle_data, "layout_data": relayout_data,
+            "style_traces": self._normalize_trace_indexes(trace_indexes),
+            "source_view_id": source_view_id}, traces=True)
+
+    def _send_restyle_msg(self, restyle_data, trace_indexes=None, source_view_id=None):
+        self._send_once("_py2js_restyle", {
+            "restyle_data": restyle_data,
+            "restyle_traces": self._normalize_trace_indexes(trace_indexes),
+            "source_view_id": source_view_id}, traces=True)
+
+    def _send_relayout_msg(self, layout_data, source_view_id=None):
+        self._send_once("_py2js_relayout", {"relayout_data": layout_data,
+                                            "source_view_id": source_view_id}, traces=False)
 
     @observe(*_MESSAGES)
     def _state_after_message(self, change) -> None:
