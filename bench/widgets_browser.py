@@ -82,8 +82,10 @@ WATCH = """() => {
 # plotly event (two frames with no new event: the page is still). The frame in which the counter
 # is first seen already holds every change made before it, plotly's events included (they fire
 # in the same tasks as the drawing they report); only an event after that frame moves the
-# paint on to a later frame. (Until 2026-12-01 an event from before that frame moved it on too,
-# which added one or two frames, 17-33 ms, to every step of a diagram that plotly redrew.)
+# paint on to a later frame. A frame's time is when its callbacks run (performance.now()), not
+# its timestamp: that is when the frame began, which a long task before it can put well before
+# the counter even changed. (Until 2026-12-01 an event from before that frame moved the paint
+# on too, which added one or two frames, 17-33 ms, to every step of a diagram plotly redrew.)
 STEP = """async (want) => {
   const counter = document.querySelector('.da-step-counter');
   const btn = document.querySelector('.da-step');
@@ -93,8 +95,9 @@ STEP = """async (want) => {
   const frame = () => new Promise(r => requestAnimationFrame(r));
   let shownAt = null, still = 0, lastN = null, paintAfter = null;
   while (true) {
-    const t = await frame();
-    if (performance.now() - t0 > 60000) return {error: 'timeout', counter: counter.innerText};
+    await frame();
+    const t = performance.now();
+    if (t - t0 > 60000) return {error: 'timeout', counter: counter.innerText};
     if (shownAt === null) {
       if (counter.innerText.trim() === want) {
         shownAt = t; paintAfter = t; lastN = window.__ev.n;

@@ -107,3 +107,12 @@ def last_block(fig) -> tuple[int, int, str | None, int]:
     colors = {s.fillcolor for s in slices[:n]}
     assert len(colors) <= 1
     return round(frame.x0 + 0.5), n, next(iter(colors), None), len(slices)
+
+
+def chart_shown(fig, name: str) -> tuple[list, list]:
+    """The points of trace `name` a chart shows: those inside its x range (the chart holds
+    every step recorded so far; its x axis ends at the step on screen)."""
+    t = trace(fig, name)
+    lo, hi = fig.layout.xaxis.range
+    pts = [(x, y) for x, y in zip(t.x, t.y, strict=True) if lo <= x <= hi]
+    return [x for x, _ in pts], [y for _, y in pts]

@@ -189,9 +189,10 @@ def test_an_unchanged_tick_sends_nothing_and_a_decode_step_only_what_moved(sent)
         f"shapes[{2 + tok}].fillcolor"]         # title, key, frame, then the token slices
     # the hook's row: the same blocks, the same reads: nothing at all (its title has no step)
     assert _updates(sent, hook.figure) == []
-    # the hook's chart: one point more, its 'this step' marker moved; nothing else
+    # the hook's chart holds the whole recording: its x axis moves on to the step, no data
     ups = _updates(sent, hook.chart)
-    assert len(ups) == 1 and sorted(ups[0]["style_traces"]) == [0, 1, 2]
+    assert len(ups) == 1 and ups[0]["style_traces"] == [] and not ups[0]["style_data"]
+    assert ups[0]["layout_data"] == {"xaxis.range": [recs[0].step - 0.5, recs[i].step + 0.5]}
 
 
 # A layout edit plotly.js draws alone: one shape's colours or its label (plotly.py spells an

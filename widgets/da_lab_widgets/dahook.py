@@ -53,15 +53,13 @@ def _visible(text: str) -> str:
     return "".join(out)
 
 
-def _chart_ranges(steps: list[int], total: list[int], chunk: int = 8) -> dict:
-    """Axis ranges for the blocks-read chart: every step the run has recorded so far (a
-    replay: the whole run), rounded up to whole chunks so a live run moves them rarely."""
-    if not steps:
+def _chart_ranges(steps: list[int], k: int, total: list[int], chunk: int = 8) -> dict:
+    """Axis ranges for the blocks-read chart: x from the first step to the k-th (the step on
+    screen: the chart ends there), y up to the most blocks any step recorded so far has."""
+    if not k:
         return {}
-    x0 = steps[0]
-    x1 = x0 + chunk * -(-(steps[-1] - x0 + 1) // chunk)
     y1 = chunk * -(-int(max(total) * 1.1 + 1) // chunk)
-    return {"xaxis.range": [x0 - 0.5, x1 + 0.5], "yaxis.range": [0, y1]}
+    return {"xaxis.range": [steps[0] - 0.5, steps[k - 1] + 0.5], "yaxis.range": [0, y1]}
 
 
 def _short(region: str) -> str:
@@ -149,14 +147,15 @@ class DAHookDiagram:
         return fig
 
     def _build_chart(self) -> go.FigureWidget:
-        # Every step adds a point, and plotly recalculates and redraws the whole chart for
-        # that, so the chart keeps that redraw small: the key is in the title, not a legend;
-        # tick labels are not measured for overflow; the axes span the run so far in whole
-        # chunks (_chart_ranges), not autoranged, so their ticks rarely change.
+        # The chart holds every step recorded so far and its x axis ends at the step on
+        # screen: a step that brings no new record (a replay, or scrubbing back) moves the
+        # range only, which plotly.js redraws without recalculating the figure; new data (a
+        # live step) recalculates it. The key is in the title, not a legend, and tick labels
+        # are not measured for overflow: less to redraw either way.
         axis = dict(showgrid=True, gridcolor="#eee", ticklabeloverflow="allow",
                     automargin=False)
         key = (" <span style='color:#1f6fb4'>—●—</span> blocks read · <span style='color:#888'>"
-               "- - -</span> blocks total · <span style='color:#ff5400'>○</span> this step")
+               "- - -</span> blocks total, up to the step on screen")
         fig = LiveFigure(layout=dict(
             width=_W, height=220, margin=dict(l=50, r=10, t=30, b=40), plot_bgcolor="white",
             showlegend=False, title=dict(text="blocks read per step:" + key,
@@ -167,9 +166,6 @@ class DAHookDiagram:
                         line=dict(color="#1f6fb4", shape="hv"), marker=dict(size=4))
         fig.add_scatter(name="blocks total", x=[], y=[], mode="lines",
                         line=dict(color="#888", dash="dash", shape="hv"))
-        fig.add_scatter(name="this step", x=[], y=[], mode="markers",
-                        marker=dict(size=11, color="#ff5400", symbol="circle-open",
-                                    line=dict(width=2.5)), showlegend=False)
         return fig
 
     def _bind(self, records: list, req: str, n_min: int) -> None:
@@ -238,10 +234,10 @@ class DAHookDiagram:
         # the row of logical blocks
         upd, lay = self._row(rec, h if hooked else None, staged)
         self.push_row(upd, lay)
-        self.push_chart({0: {"x": s.steps[:k], "y": s.read[:k]},
-                          1: {"x": s.steps[:k], "y": s.total[:k]},
-                          2: {"x": s.steps[k - 1:k], "y": s.read[k - 1:k]}},
-                        _chart_ranges(s.steps, s.total))
+        # copies: the Series appends to its lists, the Pusher compares with what it sent
+        self.push_chart({0: {"x": list(s.steps), "y": list(s.read)},
+                         1: {"x": list(s.steps), "y": list(s.total)}},
+                        _chart_ranges(s.steps, k, s.total))
         self.steering.refresh(records, i)
 
     def _stream_html(self, text: str, s: Series, i: int, prev_end: int, buf: str) -> str:
