@@ -257,3 +257,26 @@ def test_pusher_sends_only_changed_traces_and_keys(sent):
     sent.clear()
     push({0: {"text": ["b"]}}, {"title.text": "t"})
     assert sent == []
+
+
+def test_shape_edits_send_colours_and_labels_leaf_by_leaf_and_moves_as_a_list():
+    from da_lab_widgets.shapes import HEADROOM, shape_edits, text_shape
+
+    box = {"name": "b", "x0": 0, "x1": 1, "y0": 0, "y1": 1, "fillcolor": "red",
+           "line": {"color": "#111", "width": 1}}
+    note = text_shape("note", 0, 1, 1, 2, "step 1")
+    edits, page = shape_edits(None, [note, box])          # first: the list, and room to grow
+    assert edits == {"shapes": page} and len(page) == 2 + HEADROOM
+    # a colour and a label: one leaf each (plotly.js redraws those two shapes alone)
+    edits, page = shape_edits(page, [{**note, "label": {**note["label"], "text": "step 2"}},
+                                     {**box, "fillcolor": "blue"}])
+    assert edits == {"shapes[0].label.text": "step 2", "shapes[1].fillcolor": "blue"}
+    # one shape fewer: it stays on the page, hidden; the list keeps its length
+    edits, page = shape_edits(page, [page[0]])
+    assert edits == {"shapes[1].fillcolor": "rgba(0,0,0,0)",
+                     "shapes[1].line.color": "rgba(0,0,0,0)"} and len(page) == 2 + HEADROOM
+    # a shape that moves: the whole list (the page redraws everything for that anyway)
+    moved = {**box, "x0": 2, "x1": 3}
+    edits, page = shape_edits(page, [page[0], moved])
+    assert list(edits) == ["shapes"] and edits["shapes"][1] == moved
+    assert len(edits["shapes"]) == 2 + HEADROOM
