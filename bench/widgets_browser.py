@@ -313,7 +313,10 @@ def main() -> None:
                       f"{r['ws_bytes_to_page']['median'] / 1e3:.1f}/"
                       f"{r['ws_bytes_from_page']['median'] / 1e3:.1f}", flush=True)
             if not args.no_play:
-                row["play_pair_04"] = play_through(page, trace, SETS["pair_04"])
+                try:
+                    row["play_pair_04"] = play_through(page, trace, SETS["pair_04"])
+                except RuntimeError as e:      # recorded, and the other traces still run
+                    row["play_pair_04"] = {"error": str(e)}
                 print(f"{trace.name:24s} play pair_04 at 50 ms: {row['play_pair_04']}",
                       flush=True)
             rows.append(row)
