@@ -63,6 +63,8 @@ def test_runs_rebuild_every_block_of_every_step(source):
         assert per_block(fig, "logical") == {j: c for j, c in logical.items()
                                              if j < h.blocks_total - 1}
         assert filled > 0 and color == logical[h.blocks_total - 1]
+        lab = trace(fig, "last label")          # its id, where a label fits, stays with it
+        assert list(lab.x) == [h.blocks_total - 1] and lab.text[0] in ("", str(j))
         assert per_block(fig, "staged") == {j: c for j, (c, _) in stag.items()}
         assert per_block(fig, "kernel") == {j: c for j, (c, _) in kernel.items()}
         kept = set(h.kept.tolist())

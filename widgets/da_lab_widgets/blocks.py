@@ -154,6 +154,10 @@ class BlocksDiagram:
             fig.add_bar(**bar_layer(f"{key} runs"))
         fig.add_scatter(name="labels", x=[], y=[], mode="text", text=[], hoverinfo="skip",
                         textfont=dict(size=10, color=[]))
+        # the last logical block's label: its ink (one colour, not a list: a style edit, not
+        # a redraw) turns light once the block is half full
+        fig.add_scatter(name="last label", x=[], y=[], mode="text", text=[],
+                        hoverinfo="skip", textfont=dict(size=10, color="#111"))
         for key in ("logical", "staged", "kernel"):
             fig.add_heatmap(**hover_layer(key, _Y[key], _TEMPLATES[key]))
         # (d) the physical cache (kvgrid.py): the ids never move, colours change
@@ -221,6 +225,7 @@ class BlocksDiagram:
             self._phys = {"logical": [], "staged": [], "kernel": []}
             self._rows_key = None
             upd["labels"] = labels([], self._cell)
+            upd["last label"] = {"x": [], "y": [], "text": []}
             for key in ("logical", "staged", "kernel"):
                 upd[key] = hover_data([], n)
                 upd[f"{key} runs"] = run_bars([], 0, 0, self._cell)
@@ -237,8 +242,10 @@ class BlocksDiagram:
         upd.update(self._rows)
         last = self._last_run
         y0 = _Y["logical"] - _FULL / 2
-        self._shapes = filled_block("logical", total - 1, y0, _FULL, fill, bs, last.fill,
-                                    last.label if fits(last, self._cell) else "", last.ink)
+        self._shapes = filled_block("logical", total - 1, y0, _FULL, fill, bs, last.fill)
+        upd["last label"] = {"x": [total - 1], "y": [_Y["logical"]],
+                             "text": [last.label if fits(last, self._cell) else ""],
+                             "textfont.color": last.ink if 2 * fill >= bs else "#111"}
         # the tick labels change only with the rows (a new label can move plotly's margins and
         # redraw everything); what moves every step is in the title
         lay["yaxis.ticktext"] = [f"(a) logical blocks · {total}",

@@ -80,22 +80,17 @@ def shape_edits(sent: list[dict] | None, new: list[dict]) -> tuple[dict, list[di
 _MISSING = object()
 
 
-def filled_block(name: str, j: int, y0: float, height: float, fill: int, size: int, color: str,
-                 label: str = "", ink: str = "#111") -> list[dict]:
-    """Block j of a row (bottom y0, `height` high) filled to `fill` of `size` tokens: a frame,
-    one slice per token slot, coloured up to the fill and clear above it, and its label (in
-    `ink` once the fill reaches half way, dark on the pale frame before). One more token
+def filled_block(name: str, j: int, y0: float, height: float, fill: int, size: int,
+                 color: str) -> list[dict]:
+    """Block j of a row (bottom y0, `height` high) filled to `fill` of `size` tokens: a frame
+    and one slice per token slot, coloured up to the fill and clear above it. One more token
     colours one more slice (a colour edit, drawn alone); nothing moves until the next block."""
     h = height / size
-    box = {"x0": j - 0.5, "x1": j + 0.5, "y0": round(y0, 3), "y1": round(y0 + height, 3)}
-    frame = {"name": f"{name} frame", "layer": "below", **box, "fillcolor": "#f4f4f4",
+    frame = {"name": f"{name} frame", "layer": "below", "x0": j - 0.5, "x1": j + 0.5,
+             "y0": round(y0, 3), "y1": round(y0 + height, 3), "fillcolor": "#f4f4f4",
              "line": {"color": "#bbbbbb", "width": 1}}
-    slices = [{"name": f"{name} fill", "layer": "below", "x0": j - 0.5, "x1": j + 0.5,
-               "y0": round(y0 + t * h, 4), "y1": round(y0 + (t + 1) * h, 4),
-               "fillcolor": color if t < fill else CLEAR, "line": {"color": CLEAR, "width": 0}}
-              for t in range(size)]
-    text = {"name": f"{name} label", "layer": "above", **box, "fillcolor": CLEAR,
-            "line": {"color": CLEAR, "width": 0},
-            "label": {"text": label, "textposition": "middle center", "padding": 0,
-                      "font": {"size": 10, "color": ink if 2 * fill >= size else "#111"}}}
-    return [frame, *slices, text]
+    return [frame] + [{"name": f"{name} fill", "layer": "below", "x0": j - 0.5, "x1": j + 0.5,
+                       "y0": round(y0 + t * h, 4), "y1": round(y0 + (t + 1) * h, 4),
+                       "fillcolor": color if t < fill else CLEAR,
+                       "line": {"color": CLEAR, "width": 0}}
+                      for t in range(size)]
