@@ -9,8 +9,8 @@ notebook 04 shows, da_hook + blocks; and for a Player with no diagram at all, th
 step counter, slider and Play, the kernel's busy/idle), the kernel builds a Player over a
 TraceSource; then the page presses Step once per recorded step and measures, per step:
   - e2e_ms: from the click to the first animation frame after the step is on screen (the step
-    counter shows the new step and no plotly event came after it): the click's trip to the
-    kernel, the kernel's redraw, the messages back, plotly.js's redraw, layout and paint;
+    counter shows the new step and no plotly event came after that frame): the click's trip to
+    the kernel, the kernel's redraw, the messages back, plotly.js's redraw, layout and paint;
   - main_ms: the browser main thread's busy time over that interval (Chrome DevTools
     Performance.getMetrics TaskDuration), i.e. what the page itself spent;
   - kernel_ms: the kernel's own redraw time (Player.update_ms);
@@ -79,7 +79,13 @@ WATCH = """() => {
 }"""
 
 # Press Step; resolve when `want` is on the counter and a frame has been painted after the last
-# plotly event (two frames with no new event: the page is still).
+# plotly event (two frames with no new event: the page is still). The frame in which the counter
+# is first seen already holds every change made before it, plotly's events included (they fire
+# in the same tasks as the drawing they report); only an event after that frame moves the
+# paint on to a later frame. A frame's time is when its callbacks run (performance.now()), not
+# its timestamp: that is when the frame began, which a long task before it can put well before
+# the counter even changed. (Until 2026-12-01 an event from before that frame moved the paint
+# on too, which added one or two frames, 17-33 ms, to every step of a diagram plotly redrew.)
 STEP = """async (want) => {
   const counter = document.querySelector('.da-step-counter');
   const btn = document.querySelector('.da-step');
@@ -87,12 +93,15 @@ STEP = """async (want) => {
   const t0 = performance.now();
   button.click();
   const frame = () => new Promise(r => requestAnimationFrame(r));
-  let shownAt = null, still = 0, lastN = window.__ev.n, paintAfter = null;
+  let shownAt = null, still = 0, lastN = null, paintAfter = null;
   while (true) {
-    const t = await frame();
-    if (performance.now() - t0 > 60000) return {error: 'timeout', counter: counter.innerText};
+    await frame();
+    const t = performance.now();
+    if (t - t0 > 60000) return {error: 'timeout', counter: counter.innerText};
     if (shownAt === null) {
-      if (counter.innerText.trim() === want) { shownAt = t; paintAfter = t; }
+      if (counter.innerText.trim() === want) {
+        shownAt = t; paintAfter = t; lastN = window.__ev.n;
+      }
       continue;
     }
     if (window.__ev.n !== lastN) { lastN = window.__ev.n; still = 0; paintAfter = null; continue; }
@@ -243,9 +252,16 @@ print(json.dumps([r.step for r in src.records]))""")
     page.wait_for_timeout(1500)
     t0 = time.perf_counter()
     page.locator(".da-play button").first.click()
-    page.wait_for_function(
-        f"document.querySelector('.da-step-counter').innerText.trim() === 'step {rec_steps[-1]}'",
-        timeout=600_000, polling="raf")
+    try:
+        page.wait_for_function(
+            f"document.querySelector('.da-step-counter').innerText.trim() === "
+            f"'step {rec_steps[-1]}'", timeout=600_000, polling="raf")
+    except Exception as e:  # noqa: BLE001 - re-raised with what the page and kernel show
+        shown = page.evaluate("document.querySelector('.da-step-counter').innerText")
+        state = page.evaluate(KERNEL_EXEC, "print(player.i, len(player.update_ms), "
+                              "player.play.value, player.play.playing, player.play.max)")
+        raise RuntimeError(f"Play did not reach step {rec_steps[-1]}: the page shows "
+                           f"{shown!r}; kernel (i, frames, value, playing, max): {state}") from e
     wall = (time.perf_counter() - t0) * 1e3
     kern = json.loads(page.evaluate(KERNEL_EXEC, "print(json.dumps(player.update_ms))")
                       .strip().splitlines()[-1])
@@ -297,7 +313,10 @@ def main() -> None:
                       f"{r['ws_bytes_to_page']['median'] / 1e3:.1f}/"
                       f"{r['ws_bytes_from_page']['median'] / 1e3:.1f}", flush=True)
             if not args.no_play:
-                row["play_pair_04"] = play_through(page, trace, SETS["pair_04"])
+                try:
+                    row["play_pair_04"] = play_through(page, trace, SETS["pair_04"])
+                except RuntimeError as e:      # recorded, and the other traces still run
+                    row["play_pair_04"] = {"error": str(e)}
                 print(f"{trace.name:24s} play pair_04 at 50 ms: {row['play_pair_04']}",
                       flush=True)
             rows.append(row)

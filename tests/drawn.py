@@ -89,3 +89,30 @@ def marked(fig, name: str, color: str, cols: int | None = None) -> set[int]:
             r = round((s.y0 + s.y1) / 2)
             out |= {r * cols + c for c in range(round(s.x0 + 0.5), round(s.x1 + 0.5))}
     return out
+
+
+def last_block(fig) -> tuple[int, int, str | None, int]:
+    """Row (a)'s last logical block as drawn: (slot, token slots filled, their colour, token
+    slots in all), from its frame and its one-token slices (the filled ones are the lowest,
+    one colour; the rest are clear)."""
+    clear = "rgba(0,0,0,0)"
+    (frame,) = [s for s in fig.layout.shapes if s.name == "logical frame"
+                and s.line.color != clear]
+    slices = sorted((s for s in fig.layout.shapes if s.name == "logical fill"
+                     and s.x0 == frame.x0), key=lambda s: s.y0)
+    filled = [s.fillcolor != clear for s in slices]
+    n = sum(filled)
+    assert filled == [True] * n + [False] * (len(slices) - n), "filled from the bottom up"
+    assert slices[0].y0 == frame.y0 and abs(slices[-1].y1 - frame.y1) < 1e-3
+    colors = {s.fillcolor for s in slices[:n]}
+    assert len(colors) <= 1
+    return round(frame.x0 + 0.5), n, next(iter(colors), None), len(slices)
+
+
+def chart_shown(fig, name: str) -> tuple[list, list]:
+    """The points of trace `name` a chart shows: those inside its x range (the chart holds
+    every step recorded so far; its x axis ends at the step on screen)."""
+    t = trace(fig, name)
+    lo, hi = fig.layout.xaxis.range
+    pts = [(x, y) for x, y in zip(t.x, t.y, strict=True) if lo <= x <= hi]
+    return [x for x, _ in pts], [y for _, y in pts]

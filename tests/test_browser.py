@@ -190,7 +190,7 @@ def test_tour_draws_every_diagram_while_playing(lab):
     _scroll(page, "top")
     page.locator(PLAY).first.scroll_into_view_if_needed()
     page.wait_for_function(
-        "([sel, step]) => [...document.querySelectorAll(sel + ' .annotation-text')]"
+        "([sel, step]) => [...document.querySelectorAll(sel + ' .shape-label-text')]"
         ".some(e => e.textContent.startsWith('step ' + step + ':'))",
         arg=[DIAGRAMS["1 skeleton"], step], timeout=30_000)
     _shot(page, "tour_1366x768_played")

@@ -77,7 +77,7 @@ def test_skeleton_marks_the_steps_attention_call(trace):
         rec = trace.records[i]
         md = rec.metadata
         d.show(trace.records, i)
-        note = d.figure.layout.annotations[d._step_note].text
+        note = d.figure.layout.shapes[d._step_note].label.text
         n_tok = md.query_start_loc[-1] - md.query_start_loc[0]
         assert f"<b>step {rec.step}</b>" in note
         assert f"backend <b>{md.backend}</b>" in note
@@ -159,15 +159,15 @@ def test_metadata_path_packet_carries_the_steps_values(trace):
     # The packet starts on the DA hook's box: there the full and the kernel's values differ.
     d.show(trace.records, i)
     assert d.frame == d.hook_frame and d.figure.data[0].x[0] == d._x(d.hook_frame)
-    card = d.figure.layout.annotations[d._card].text
+    card = d.figure.layout.shapes[d._card].label.text
     assert f"seq_len {h.seq_len} → {h.attn_seq_len}" in card
-    hover = d.figure.data[0].hovertext[0]
+    hover = d.figure.data[0].hovertext
     full = step_values(rec)["seq_lens_full"]
     assert full[h.row] == h.seq_len
     assert f"seq_lens full   {full}" in hover
     assert f"seq_lens kernel {rec.metadata.seq_lens.tolist()}" in hover
     assert impl in hover and str(list(rec.metadata.block_table_shape)) in hover
-    values = d.figure.layout.annotations[d._values_note].text
+    values = d.figure.layout.shapes[d._values_note].label.text
     assert f"impl {impl}" in values
     assert f"blocks staged {len(h.staged_row)}" in values
     assert f"blocks read {h.blocks_read}" in values
@@ -176,7 +176,7 @@ def test_metadata_path_packet_carries_the_steps_values(trace):
     for _ in range(len(d.stages) - 1 - d.hook_frame):
         d.next()
     assert d.frame == len(d.stages) - 1 and d.step_i == i
-    card = d.figure.layout.annotations[d._card].text
+    card = d.figure.layout.shapes[d._card].label.text
     assert impl in card
     assert f"reads {h.blocks_read} of {len(h.staged_row)} blocks" in card
     assert f"box {len(d.stages)} of {len(d.stages)}" in d.stepper_label.value
@@ -187,7 +187,7 @@ def test_metadata_path_packet_carries_the_steps_values(trace):
     # The next step keeps the box the learner chose; the values are the new step's.
     d.show(trace.records, i + 1)
     assert d.frame == len(d.stages) - 1 and d.step_i == i + 1
-    assert f"<b>step {trace.records[i + 1].step} ·" in d.figure.layout.annotations[d._card].text
+    assert f"<b>step {trace.records[i + 1].step} ·" in d.figure.layout.shapes[d._card].label.text
     d.show(trace.records, i, frame=d.hook_frame)
     assert d.frame == d.hook_frame
     # Every box is drawn inside the 900 px figure, in data order (the packet's path).
@@ -199,9 +199,9 @@ def test_metadata_path_packet_carries_the_steps_values(trace):
     hidden = next(b for b in h.staged_row.tolist() if b not in h.read_row.tolist())
     d.show(trace.records, i)
     hl.set(hidden, "test")
-    assert "hidden" in d.figure.layout.annotations[d._hl_note].text
+    assert "hidden" in d.figure.layout.shapes[d._hl_note].label.text
     hl.set(int(h.read_row[0]), "test")
-    assert "read by the kernel" in d.figure.layout.annotations[d._hl_note].text
+    assert "read by the kernel" in d.figure.layout.shapes[d._hl_note].label.text
 
 
 # ---- export ----------------------------------------------------------------------------------

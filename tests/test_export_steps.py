@@ -98,9 +98,13 @@ def _check_run_page(trace, page_path: Path, steps: list[int]):
                           f" s.value = {k}; s.dispatchEvent(new Event('input')); }})()")
             page.wait_for_function(
                 f"document.body.dataset.step === '{steps[k]}' && [...document.querySelectorAll("
-                f"'#da-fig-1_skeleton .annotation-text')].some(e => e.textContent"
+                f"'#da-fig-1_skeleton .shape-label-text')].some(e => e.textContent"
                 f".startsWith('step {steps[k]}:'))", timeout=30_000)
-            read = page.evaluate("document.getElementById('da-fig-blocks_read').data[0].y")
+            # the chart holds the run; its x axis ends at the step shown
+            read = page.evaluate("(() => { const gd = document.getElementById("
+                                 "'da-fig-blocks_read'); const [lo, hi] = gd.layout.xaxis"
+                                 ".range; const t = gd.data[0]; return t.y.filter((_, j) =>"
+                                 " t.x[j] >= lo && t.x[j] <= hi); })()")
             rec = next(r for r in trace.records if r.step == steps[k])
             assert read[-1] == next(h.blocks_read for h in rec.requests if h.hooked)
         page.click("#da-play")

@@ -3,13 +3,21 @@ changed. These tests hold the drawing to the records (every block of every run, 
 block inside a run) and check what goes to the front end; speed itself is measured by
 bench/widgets_cpu.py and bench/widgets_browser.py, not asserted here."""
 
+import re
 from pathlib import Path
 
 import plotly.graph_objects as go
 import pytest
-from da_lab_widgets import BlocksDiagram, DAHookDiagram, Highlight, TraceSource
+from da_lab_widgets import (
+    BlocksDiagram,
+    DAHookDiagram,
+    Highlight,
+    MetadataPathDiagram,
+    SkeletonDiagram,
+    TraceSource,
+)
 from da_lab_widgets.rows import MASKED, Pusher, RequestView
-from drawn import hover, per_block, runs, trace
+from drawn import hover, last_block, per_block, runs, trace
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 
@@ -49,12 +57,14 @@ def test_runs_rebuild_every_block_of_every_step(source):
         view = RequestView.of(recs, rid, prov["block_size"], prov["num_blocks"])
         logical, stag, kernel = _expected_rows(h, view)
         fig = blocks.figure
-        # the last logical block is a shape of its own, filled to seq_len (test_widgets.py)
-        last = next(s for s in fig.layout.shapes if s.name == "logical last")
-        assert last.x0 + 0.5 == h.blocks_total - 1
+        # the last logical block is shapes of its own, filled to seq_len (test_widgets.py)
+        j, filled, color, _ = last_block(fig)
+        assert j == h.blocks_total - 1
         assert per_block(fig, "logical") == {j: c for j, c in logical.items()
                                              if j < h.blocks_total - 1}
-        assert last.fillcolor == logical[h.blocks_total - 1]
+        assert filled > 0 and color == logical[h.blocks_total - 1]
+        lab = trace(fig, "last label")          # its id, where a label fits, stays with it
+        assert list(lab.x) == [h.blocks_total - 1] and lab.text[0] in ("", str(j))
         assert per_block(fig, "staged") == {j: c for j, (c, _) in stag.items()}
         assert per_block(fig, "kernel") == {j: c for j, (c, _) in kernel.items()}
         kept = set(h.kept.tolist())
@@ -159,16 +169,66 @@ def test_an_unchanged_tick_sends_nothing_and_a_decode_step_only_what_moved(sent)
     assert sent == []
     for d in (blocks, hook):
         d.show(recs, i)
-    # the blocks figure: no trace data at all (runs, hover layers, grid unchanged); only the
-    # title and the shapes (the last block's fill) move
+    # the blocks figure: no trace data at all (runs, hover layers, grid unchanged); only
+    # shapes that stay where they are: the title's text, the last block's next token slice
+    # filled, last step's outlines hidden. Colours and labels only: plotly.js redraws those
+    # shapes alone ("arraydraw"); a moved, added or removed shape redraws the whole figure.
     ups = _updates(sent, blocks.figure)
     assert len(ups) == 1 and ups[0]["style_traces"] == [] and not ups[0]["style_data"]
-    assert set(ups[0]["layout_data"]) == {"title.text", "shapes"}
+    edits = ups[0]["layout_data"]
+    keys = [re.fullmatch(r"shapes\[(\d+)\]\.(fillcolor|line\.color|label\.text"
+                         r"|label\.font\.color)", k)
+            for k in edits]
+    assert all(keys), sorted(edits)
+    on_page = len(blocks.figure.layout.shapes)
+    assert all(int(m[1]) < on_page for m in keys)
+    title = blocks.figure.layout.shapes[0]
+    assert title.name == "title" and edits["shapes[0].label.text"] == title.label.text
+    assert f"step {recs[i].step} " in title.label.text
+    tok = recs[i].requests[0].seq_len - (recs[i].requests[0].blocks_total - 1) * blocks.block_size
+    assert [k for k, m in zip(edits, keys, strict=True) if m[2] == "fillcolor"
+            and blocks.figure.layout.shapes[int(m[1])].name == "logical fill"] == [
+        f"shapes[{2 + tok}].fillcolor"]         # title, key, frame, then the token slices
     # the hook's row: the same blocks, the same reads: nothing at all (its title has no step)
     assert _updates(sent, hook.figure) == []
-    # the hook's chart: one point more, its 'this step' marker moved; nothing else
+    # the hook's chart holds the whole recording: its x axis moves on to the step, no data
     ups = _updates(sent, hook.chart)
-    assert len(ups) == 1 and sorted(ups[0]["style_traces"]) == [0, 1, 2]
+    assert len(ups) == 1 and ups[0]["style_traces"] == [] and not ups[0]["style_data"]
+    assert ups[0]["layout_data"] == {"xaxis.range": [recs[0].step - 0.5, recs[i].step + 0.5]}
+
+
+# A layout edit plotly.js draws alone: one shape's colours or its label (plotly.py spells an
+# item of a layout array shapes.3.x in batch_update; LiveFigure's front end passes it on as
+# shapes[3].x, the spelling plotly.js needs for that).
+_ALONE = re.compile(r"shapes(?:\[(\d+)\]|\.(\d+))\.(fillcolor|line\.color|label\.text"
+                    r"|label\.font\.color)")
+
+
+def test_diagrams_1_and_3_step_by_label_edits_only(sent):
+    """A step of the skeleton and of the metadata path changes texts only: shape labels, and
+    the packet's hover as one string. No annotation's text (plotly.js redraws the whole figure
+    for that), no array-valued trace attribute (a whole redraw too)."""
+    src = TraceSource(TRACES / "seed_cpu.jsonl.gz")
+    recs, hl = src.records, Highlight()
+    skel, path = SkeletonDiagram(src.header, hl), MetadataPathDiagram(src.header, hl)
+    i = next(k for k in range(1, len(recs)) if recs[k].metadata is not None
+             and recs[k - 1].metadata is not None)
+    for d in (skel, path):
+        d.show(recs, i - 1)
+    sent.clear()
+    for d in (skel, path):
+        d.show(recs, i)
+    for d in (skel, path):
+        (up,) = _updates(sent, d.figure)
+        assert up["layout_data"] and all(_ALONE.fullmatch(k) for k in up["layout_data"]), up
+        notes = [d.figure.layout.shapes[int(m[1] or m[2])].label.text
+                 for m in map(_ALONE.fullmatch, up["layout_data"])]
+        assert any(f"step {recs[i].step}" in (t or "") for t in notes)
+    assert _updates(sent, skel.figure)[0]["style_data"] == {}
+    (up,) = _updates(sent, path.figure)
+    hover = up["style_data"].pop("hovertext")
+    assert up["style_data"] == {} and len(hover) == 1 and isinstance(hover[0], str)
+    assert f"step {recs[i].step}" in hover[0]
 
 
 def test_pusher_sends_only_changed_traces_and_keys(sent):
@@ -187,13 +247,38 @@ def test_pusher_sends_only_changed_traces_and_keys(sent):
     assert up["style_traces"] == [2] and up["style_data"] == {"z": [[[3, 5]]]}
     assert up["layout_data"] == {"title.text": "t"}
     sent.clear()
-    # a text change and a z change: two kinds of trace, two messages; heatmap 1 resends
-    # nothing it did not change, heatmap 2 its remembered z next to its new customdata
+    # a text change and a customdata change: two kinds of trace, still one message (one
+    # redraw in the browser); each trace gets its own key and plotly's Undefined ("leave it
+    # alone") for the other's; heatmap 2's unchanged z is not resent
     push({0: {"text": ["b"]}, 2: {"z": [[3, 5]], "customdata": [["c", "e"]]}})
-    ups = _updates(sent, fig)
-    assert [u["style_traces"] for u in ups] == [[0], [2]]
-    assert ups[1]["style_data"] == {"customdata": [[["c", "e"]]]}
+    (up,) = _updates(sent, fig)
+    assert up["style_traces"] == [0, 2]
+    assert up["style_data"] == {"text": [["b"], "_undefined_"],
+                                "customdata": ["_undefined_", [["c", "e"]]]}
     assert list(fig.data[2].customdata[0]) == ["c", "e"] and fig.data[0].text == ("b",)
     sent.clear()
     push({0: {"text": ["b"]}}, {"title.text": "t"})
     assert sent == []
+
+
+def test_shape_edits_send_colours_and_labels_leaf_by_leaf_and_moves_as_a_list():
+    from da_lab_widgets.shapes import HEADROOM, shape_edits, text_shape
+
+    box = {"name": "b", "x0": 0, "x1": 1, "y0": 0, "y1": 1, "fillcolor": "red",
+           "line": {"color": "#111", "width": 1}}
+    note = text_shape("note", 0, 1, 1, 2, "step 1")
+    edits, page = shape_edits(None, [note, box])          # first: the list, and room to grow
+    assert edits == {"shapes": page} and len(page) == 2 + HEADROOM
+    # a colour and a label: one leaf each (plotly.js redraws those two shapes alone)
+    edits, page = shape_edits(page, [{**note, "label": {**note["label"], "text": "step 2"}},
+                                     {**box, "fillcolor": "blue"}])
+    assert edits == {"shapes[0].label.text": "step 2", "shapes[1].fillcolor": "blue"}
+    # one shape fewer: it stays on the page, hidden; the list keeps its length
+    edits, page = shape_edits(page, [page[0]])
+    assert edits == {"shapes[1].fillcolor": "rgba(0,0,0,0)",
+                     "shapes[1].line.color": "rgba(0,0,0,0)"} and len(page) == 2 + HEADROOM
+    # a shape that moves: the whole list (the page redraws everything for that anyway)
+    moved = {**box, "x0": 2, "x1": 3}
+    edits, page = shape_edits(page, [page[0], moved])
+    assert list(edits) == ["shapes"] and edits["shapes"][1] == moved
+    assert len(edits["shapes"]) == 2 + HEADROOM

@@ -44,11 +44,15 @@ def test_state_is_the_current_figure_until_a_view_drew(recorded):
     # A view drew (plotly's view reports trace deltas): from now on only the messages go out.
     f._js2py_traceDeltas = {"trace_deltas": [{"uid": f.data[0].uid}],
                             "trace_edit_id": f._last_trace_edit_id}
-    n = len(_states("_widget_data"))
+    n, before = len(_states("_widget_data")), len(sent)
     f.plotly_update(restyle_data={"y": [[7, 8, 9]]}, trace_indexes=[0])
     assert len(_states("_widget_data")) == n
-    assert any(m.get("state", {}).get("_py2js_update") for m in sent[-3:])
+    # One comm message per edit (plotly.py's own: the two edit ids, the edit, its reset).
+    (msg,) = sent[before:]
+    assert msg["state"]["_py2js_update"]["style_data"] == {"y": [[7, 8, 9]]}
     assert f.get_state()["_widget_data"][0]["y"] == [7, 8, 9]
+    # A new copy's state is the figure, with no edit left in it to apply twice.
+    assert f.get_state()["_py2js_update"] is None
 
 
 def test_plotly_module_reaches_the_page_once(recorded):

@@ -16,7 +16,16 @@ from da_lab_widgets import (
     kv_state,
 )
 from da_lab_widgets.rows import CACHED, FLASH, FREE, HL, MASKED
-from drawn import grid_colors, grid_hover, hover, marked, per_block, trace
+from drawn import (
+    chart_shown,
+    grid_colors,
+    grid_hover,
+    hover,
+    last_block,
+    marked,
+    per_block,
+    trace,
+)
 
 from da_lab.core.record import StepRecord
 from da_lab.trace import load
@@ -79,9 +88,9 @@ def test_diagrams_draw_each_records_values(source):
         # (with async scheduling the last engine step only delivers the final token: the
         # request is not scheduled there, so the hook has nothing to show for it)
         mine = [(r.step, _req(r, rid)) for r in recs[: i + 1] if _req(r, rid).hooked]
-        assert list(hook.chart.data[0].y) == [m.blocks_read for _, m in mine]
-        assert list(hook.chart.data[1].y) == [m.blocks_total for _, m in mine]
-        assert list(hook.chart.data[0].x) == [s for s, _ in mine]
+        xs, read = chart_shown(hook.chart, "blocks read")
+        assert read == [m.blocks_read for _, m in mine] and xs == [s for s, _ in mine]
+        assert chart_shown(hook.chart, "blocks total")[1] == [m.blocks_total for _, m in mine]
         if not h.hooked:
             assert hook.blocks_read.value == "blocks read: –"
             continue
@@ -114,11 +123,7 @@ def test_diagrams_draw_each_records_values(source):
         # the last logical block is filled to seq_len
         bs = source.header["provenance"]["block_size"]
         last = h.seq_len - (h.blocks_total - 1) * bs
-        frame = next(sh for sh in fig.layout.shapes if sh.name == "logical frame")
-        filled = next(sh for sh in fig.layout.shapes if sh.name == "logical last")
-        assert frame.x0 + 0.5 == h.blocks_total - 1
-        assert (filled.y1 - filled.y0) == pytest.approx((frame.y1 - frame.y0) * last / bs,
-                                                        abs=2e-3)
+        assert last_block(fig)[:2] + last_block(fig)[3:] == (h.blocks_total - 1, last, bs)
         n_blocks = source.header["provenance"]["num_blocks"]
         state = kv_state(source.header, recs, i)
         expect = [blocks.owner_color(state[p]["owners"][0]) if p in state and state[p]["owners"]
@@ -195,6 +200,15 @@ def test_player_follows_its_slider_play_and_step(source):
     assert player.i == len(source.records) - 1 and not player.play.playing
     assert all(b.disabled for b in hook.steer_buttons.values())   # replay can't steer
     assert len(player.update_ms) == 5          # steps 0, 13, 20, 21 and the last
+    # A busy page sends Play's latest value only: a tick from two records before the end
+    # straight past it still shows the last record, then says "end".
+    n = len(source.records)
+    player.slider.value = n - 3
+    player.play.playing = True
+    player.play.value = n
+    assert player.i == n - 1 and player.counter.value == f"step {source.records[-1].step}"
+    assert not player.play.playing and player.play.value == n - 1
+    assert "end of the recording" in player.note.value
 
 
 def test_live_source_runs_one_engine_step_per_record_and_steers(lab):

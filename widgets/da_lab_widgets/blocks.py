@@ -11,7 +11,8 @@ sets the shared Highlight; the highlighted physical block is outlined in every p
 
 Rows of 2,000 blocks stay cheap: (a)-(c) are drawn as runs of alike blocks (runs.py) under
 per-block hover layers, (d) as one heatmap (kvgrid.py), and a step sends only what changed (a
-decode step: the title and the last block's fill).
+decode step: the title's text and one token slice of the last block). Both are shapes whose
+colours or label change, never move (shapes.py): the browser redraws those shapes alone.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from da_lab.core.record import RequestStep, StepRecord
 
 from .figure import LiveFigure
 from .highlight import Highlight
-from .kvgrid import GRID_LABELS, GRID_PALETTE, add_grid, grid_cells, kv_quiet
+from .kvgrid import GRID_LABELS, GRID_PALETTE, add_grid, describe_block, grid_cells, kv_quiet
 from .rows import (
     CACHED,
     FLASH,
@@ -43,6 +44,7 @@ from .runs import (
     LABEL_PX,
     Run,
     bar_layer,
+    fits,
     hover_data,
     hover_layer,
     id_range,
@@ -52,6 +54,7 @@ from .runs import (
     run_bars,
     spans,
 )
+from .shapes import filled_block, hidden, text_shape
 from .source import first_request, kv_state, request_in
 
 # ---- geometry (pixels are layout, not data) -------------------------------------------------
@@ -75,8 +78,9 @@ class BlocksDiagram:
 
     Rows (a)-(c) are runs (runs.py): one bar per run of alike blocks, a transparent hover
     layer per row that names each block and its physical slot. The grid (d) is a heatmap, one
-    cell per physical block. What moves every step is layout: the title, the last logical
-    block's fill, the outlines (highlight, appended this step), all shapes."""
+    cell per physical block. What changes every step is shapes: the title (a label), the last
+    logical block's fill (one shape per token slot, filled or clear), the outlines (highlight,
+    appended this step)."""
 
     name = "blocks"
 
@@ -94,7 +98,9 @@ class BlocksDiagram:
         self._i: int | None = None
         self._phys: dict[str, list] = {"logical": [], "staged": [], "kernel": []}
         self._flash: set[int] = set()
-        self._shapes: list[dict] = []      # the last block's fill this step (marks on top)
+        self._shapes: list[dict] = []      # the last block: its frame and token slices
+        self._title = ""
+        self._key = ""                     # the grid's owner key
         self._grid_owners: list[str] | None = None
         self._grid_at: tuple[list, int] | None = None     # (records, i) the grid shows
         self._rows_key: tuple | None = None
@@ -123,7 +129,6 @@ class BlocksDiagram:
         fig = LiveFigure(layout=dict(
             width=_W, height=plot_h + _M["t"] + _M["b"], margin=_M, showlegend=False,
             plot_bgcolor="white", hovermode="closest", barmode="overlay",
-            title=dict(text="", font=dict(size=13), x=0.01, xanchor="left"),
             xaxis=dict(domain=[0, 1], range=[-0.5, 0.5], visible=False, fixedrange=True),
             yaxis=dict(domain=[(grid_px + _GAP_PX) / plot_h, 1], range=[0.45, 3.55],
                        tickvals=[3, 2, 1], ticktext=["", "", ""], fixedrange=True,
@@ -138,15 +143,21 @@ class BlocksDiagram:
                      text=(f"(d) physical KV cache: {g} blocks × {self.block_size} tokens"
                            f" — {html.escape(str(prov.get('vllm', '')))}, "
                            f"{html.escape(str(prov.get('backend', '')))}")),
-                dict(xref="paper", yref="paper", x=min(1.0, cols * cell / plot_w) + 0.02,
-                     y=grid_px / plot_h, yanchor="top", xanchor="left", showarrow=False,
-                     align="left", font=dict(size=11), text=""),
             ], shapes=[]))
+        # the texts that change (title, the grid's owner key) are shape labels: boxes that
+        # never move, in paper coordinates (the title's reaches into the top margin)
+        left = (0.01 * _W - _M["l"]) / plot_w
+        self._title_box = (left, 1.0, 1 + 6 / plot_h, 1 + (_M["t"] - 6) / plot_h)
+        self._key_box = (min(1.0, cols * cell / plot_w) + 0.01, 1.0, 0.0, grid_px / plot_h)
         # (a)-(c): the runs, a bar trace per row; their labels one text trace; hover, per row
         for key in ("logical", "staged", "kernel"):
             fig.add_bar(**bar_layer(f"{key} runs"))
         fig.add_scatter(name="labels", x=[], y=[], mode="text", text=[], hoverinfo="skip",
                         textfont=dict(size=10, color=[]))
+        # the last logical block's label: its ink (one colour, not a list: a style edit, not
+        # a redraw) turns light once the block is half full
+        fig.add_scatter(name="last label", x=[], y=[], mode="text", text=[],
+                        hoverinfo="skip", textfont=dict(size=10, color="#111"))
         for key in ("logical", "staged", "kernel"):
             fig.add_heatmap(**hover_layer(key, _Y[key], _TEMPLATES[key]))
         # (d) the physical cache (kvgrid.py): the ids never move, colours change
@@ -190,7 +201,6 @@ class BlocksDiagram:
         self._flash = set(staged) - set(phys_row(prev) if prev else [])
         upd: dict[str, dict] = {}
         lay: dict = {}
-        self._shapes = []
         if self.view is not None:
             self._draw_rows(rec, h, staged, upd, lay)
         # The cache only changes where a record says so: the step after the one on screen
@@ -199,7 +209,7 @@ class BlocksDiagram:
         if not (at and at[0] is records and (at[1] == i or at[1] == i - 1 and kv_quiet(rec))):
             self._draw_grid(blocks, upd, lay)
         self._grid_at = (records, i)
-        lay["shapes"] = self._shapes + self._marks()
+        lay["shapes"] = self._all_shapes()
         self._push(upd, lay)
         self._update_label()
 
@@ -210,10 +220,12 @@ class BlocksDiagram:
                    lay: dict) -> None:
         v, n, bs = self.view, self.view.n_slots, self.block_size
         if h is None or not h.hooked:
-            lay["title.text"] = f"step {rec.step}: {html.escape(v.req)} did not run"
+            self._title = f"step {rec.step}: {html.escape(v.req)} did not run"
+            self._shapes = [hidden(sh) for sh in self._shapes]
             self._phys = {"logical": [], "staged": [], "kernel": []}
             self._rows_key = None
             upd["labels"] = labels([], self._cell)
+            upd["last label"] = {"x": [], "y": [], "text": []}
             for key in ("logical", "staged", "kernel"):
                 upd[key] = hover_data([], n)
                 upd[f"{key} runs"] = run_bars([], 0, 0, self._cell)
@@ -223,25 +235,23 @@ class BlocksDiagram:
         fill = h.seq_len - (total - 1) * bs
         # The rows change only with the blocks (a mode switch, a new block): the same blocks
         # as last step, the runs, labels and hover data are what was sent; only the fill moves.
-        key = (v, self._cell, total, staged, kept, built, 2 * fill >= bs)
+        key = (v, self._cell, total, staged, kept, built)
         if key != self._rows_key:
             self._rows_key = key
             self._rows = self._row_data(total, staged, kept, built, fill)
         upd.update(self._rows)
-        last = (self._last_run.fill, total - 1)
-        y = _Y["logical"]
-        for name, fill_y, color in (("logical frame", _FULL, "#f4f4f4"),
-                                    ("logical last", _FULL * fill / bs, last[0])):
-            self._shapes.append({"name": name, "layer": "below", "x0": last[1] - 0.5,
-                                 "x1": last[1] + 0.5, "y0": round(y - _FULL / 2, 3),
-                                 "y1": round(y - _FULL / 2 + fill_y, 3), "fillcolor": color,
-                                 "line": {"color": "#bbbbbb", "width": 1}})
+        last = self._last_run
+        y0 = _Y["logical"] - _FULL / 2
+        self._shapes = filled_block("logical", total - 1, y0, _FULL, fill, bs, last.fill)
+        upd["last label"] = {"x": [total - 1], "y": [_Y["logical"]],
+                             "text": [last.label if fits(last, self._cell) else ""],
+                             "textfont.color": last.ink if 2 * fill >= bs else "#111"}
         # the tick labels change only with the rows (a new label can move plotly's margins and
         # redraw everything); what moves every step is in the title
         lay["yaxis.ticktext"] = [f"(a) logical blocks · {total}",
                                  f"(b) staged row (append_row) · {ns}",
                                  f"(c) built_row → kernel · reads {len(built)}"]
-        lay["title.text"] = (
+        self._title = (
             f"step {rec.step} · {html.escape(v.req)} · {h.mode} · seq_len {h.seq_len}: "
             f"{total} blocks, last {fill}/{bs} full · kernel reads {len(built)} blocks, "
             f"attention seq_len {h.attn_seq_len}")
@@ -262,7 +272,9 @@ class BlocksDiagram:
         self._last_run = rows["logical"][-1]
         self._phys = {"logical": staged[: min(total, ns)], "staged": staged,
                       "kernel": [p for p, _, _ in order]}
-        out = {"labels": labels([(rows[k], _Y[k]) for k in rows], self._cell)}
+        # the last logical block's label is a shape's (last_block): its ink follows the fill
+        out = {"labels": labels([(rows["logical"][:-1], _Y["logical"])]
+                                + [(rows[k], _Y[k]) for k in ("staged", "kernel")], self._cell)}
         for key, half, line in (("logical", _FULL / 2, "#bbbbbb"), ("staged", _SQ, "white"),
                                 ("kernel", _SQ, "white")):
             runs = rows[key][:-1] if key == "logical" else rows[key]   # the last: shapes
@@ -279,15 +291,14 @@ class BlocksDiagram:
         return out
 
     def _logical_runs(self, total: int, staged: list[int], fill: int) -> list[Run]:
-        """(a): full blocks as runs; the last block a run of its own, drawn as two shapes (a
-        frame, filled to seq_len) since its fill moves every step."""
+        """(a): full blocks as runs; the last block a run of its own, drawn as shapes (a frame,
+        filled to seq_len, labelled) since its fill moves every step."""
         v, ns, each = self.view, len(staged), self._cell >= LABEL_PX
         keys = [(v.colors[j], staged[j] - j if j < ns else None, j if each else 0)
                 for j in range(total - 1)]
         runs = [Run(s, e, v.colors[s], v.inks[s], id_range(s, e - 1)) for s, e in spans(keys)]
         j = total - 1
-        return [*runs, Run(j, j + 1, v.colors[j],
-                           v.inks[j] if 2 * fill >= self.block_size else "#111", str(j))]
+        return [*runs, Run(j, j + 1, v.colors[j], v.inks[j], str(j))]
 
     def _staged_runs(self, staged: list[int]) -> list[Run]:
         v, each = self.view, self._cell >= LABEL_PX
@@ -317,12 +328,21 @@ class BlocksDiagram:
         if owners_now != self._grid_owners:
             key = " ".join(f'<span style="color:{self.owner_color(o)}">■</span> '
                            f"{html.escape(o)}" for o in owners_now) or "none"
-            lay["annotations[1].text"] = (
+            self._key = (
                 f"owner: {key}<br><span style='color:{CACHED}'>■</span> free, prefix-cached"
                 f" · <span style='color:#bbbbbb'>■</span> free<br>"
                 f"<span style='color:{FLASH}'>□</span> appended this step · "
                 f"<b>□</b> highlighted")
             self._grid_owners = owners_now
+
+    def _all_shapes(self) -> list[dict]:
+        """Every shape, the ones that are always there first (their places in the list never
+        change: shapes.py), then the outlines."""
+        x0, x1, y0, y1 = self._title_box
+        title = text_shape("title", x0, x1, y0, y1, self._title, size=13,
+                           position="middle left")
+        key = text_shape("owner key", *self._key_box, self._key, pad=0)
+        return [title, key, *self._shapes, *self._marks()]
 
     def _marks(self) -> list[dict]:
         """Outlines: the highlighted physical block, else a block appended this step."""
@@ -364,7 +384,7 @@ class BlocksDiagram:
     def _on_highlight(self, _change=None) -> None:
         if self._records is None:
             return
-        self._push({}, {"shapes": self._shapes + self._marks()})
+        self._push({}, {"shapes": self._all_shapes()})
         self._update_label()
 
     def _update_label(self) -> None:
@@ -374,20 +394,3 @@ class BlocksDiagram:
             return
         self.label.value = describe_block(self._records[self._i], p, self.req,
                                           kv_state(self.header, self._records, self._i))
-
-
-def describe_block(rec: StepRecord, p: int, req: str | None, blocks: dict[int, dict]) -> str:
-    """'block P: logical L of R, physical slot P' for whichever request's staged row holds P
-    this step (the diagram's own request first)."""
-    reqs = sorted(rec.requests, key=lambda h: h.req != req)
-    for h in reqs:
-        row = phys_row(h)
-        if p in row:
-            return f"block {p}: logical {row.index(p)} of {h.req}, physical slot {p}"
-    b = blocks.get(p)
-    if b and b["owners"]:
-        return f"block {p}: held by {', '.join(b['owners'])} (not scheduled this step), " \
-               f"physical slot {p}"
-    if b and b["cached"]:
-        return f"block {p}: free, prefix-cached, physical slot {p}"
-    return f"block {p}: free, physical slot {p}"

@@ -26,10 +26,12 @@ from .figure import LiveFigure
 from .highlight import Highlight
 from .rows import HL, MASKED, NONE, Pusher, RequestView, phys_row
 from .series import Series
+from .shapes import text_shape
 from .source import first_request, request_in
 from .steering import SteeringPanel
 
 _W = 920
+_ROW_PLOT_W, _ROW_PLOT_H = _W - 20, 96 - 24 - 6     # the row's plot area (margins below)
 _LAMP_ON = {"global": "#2a9d8f", "focus": "#1f6fb4", "local": "#e76f51"}
 _BAND_ACTIVE = "#fff3c4"     # the band where this step's difference is made
 
@@ -49,6 +51,15 @@ def _visible(text: str) -> str:
         else:
             out.append(html.escape(ch))
     return "".join(out)
+
+
+def _chart_ranges(steps: list[int], k: int, total: list[int], chunk: int = 8) -> dict:
+    """Axis ranges for the blocks-read chart: x from the first step to the k-th (the step on
+    screen: the chart ends there), y up to the most blocks any step recorded so far has."""
+    if not k:
+        return {}
+    y1 = chunk * -(-int(max(total) * 1.1 + 1) // chunk)
+    return {"xaxis.range": [steps[0] - 0.5, steps[k - 1] + 0.5], "yaxis.range": [0, y1]}
 
 
 def _short(region: str) -> str:
@@ -77,6 +88,7 @@ class DAHookDiagram:
         self._cell = 40.0                    # pixels per block
         self._row_key: tuple | None = None   # what the row's runs were drawn from
         self._row_upd: dict = {}
+        self._title = ""                     # the row's title, a shape's label
 
         self.title = widgets.HTML(
             f"<b>The DA hook</b> — {html.escape(str(prov.get('vllm', '')))} on "
@@ -125,7 +137,6 @@ class DAHookDiagram:
         fig = LiveFigure(layout=dict(
             width=_W, height=96, margin=dict(l=10, r=10, t=24, b=6), showlegend=False,
             plot_bgcolor="white", hovermode="closest", shapes=[], barmode="overlay",
-            title=dict(text="", font=dict(size=12), x=0.01, xanchor="left"),
             xaxis=dict(visible=False, range=[-0.5, 0.5], fixedrange=True),
             yaxis=dict(visible=False, range=[-0.6, 0.6], fixedrange=True)))
         fig.add_bar(**rn.bar_layer("row runs"))
@@ -136,19 +147,25 @@ class DAHookDiagram:
         return fig
 
     def _build_chart(self) -> go.FigureWidget:
+        # The chart holds every step recorded so far and its x axis ends at the step on
+        # screen: a step that brings no new record (a replay, or scrubbing back) moves the
+        # range only, which plotly.js redraws without recalculating the figure; new data (a
+        # live step) recalculates it. The key is in the title, not a legend, and tick labels
+        # are not measured for overflow: less to redraw either way.
+        axis = dict(showgrid=True, gridcolor="#eee", ticklabeloverflow="allow",
+                    automargin=False)
+        key = (" <span style='color:#1f6fb4'>—●—</span> blocks read · <span style='color:#888'>"
+               "- - -</span> blocks total, up to the step on screen")
         fig = LiveFigure(layout=dict(
             width=_W, height=220, margin=dict(l=50, r=10, t=30, b=40), plot_bgcolor="white",
-            title=dict(text="blocks read per step", font=dict(size=12), x=0.01, xanchor="left"),
-            xaxis=dict(title="engine step", showgrid=True, gridcolor="#eee"),
-            yaxis=dict(title="blocks", rangemode="tozero", showgrid=True, gridcolor="#eee"),
-            legend=dict(orientation="h", x=0.3, xanchor="left", y=1.18)))
+            showlegend=False, title=dict(text="blocks read per step:" + key,
+                                         font=dict(size=12), x=0.01, xanchor="left"),
+            xaxis=dict(title="engine step", range=[-0.5, 0.5], **axis),
+            yaxis=dict(title="blocks", range=[0, 1], **axis)))
         fig.add_scatter(name="blocks read", x=[], y=[], mode="lines+markers",
                         line=dict(color="#1f6fb4", shape="hv"), marker=dict(size=4))
         fig.add_scatter(name="blocks total", x=[], y=[], mode="lines",
                         line=dict(color="#888", dash="dash", shape="hv"))
-        fig.add_scatter(name="this step", x=[], y=[], mode="markers",
-                        marker=dict(size=11, color="#ff5400", symbol="circle-open",
-                                    line=dict(width=2.5)), showlegend=False)
         return fig
 
     def _bind(self, records: list, req: str, n_min: int) -> None:
@@ -217,9 +234,10 @@ class DAHookDiagram:
         # the row of logical blocks
         upd, lay = self._row(rec, h if hooked else None, staged)
         self.push_row(upd, lay)
-        self.push_chart({0: {"x": s.steps[:k], "y": s.read[:k]},
-                          1: {"x": s.steps[:k], "y": s.total[:k]},
-                          2: {"x": s.steps[k - 1:k], "y": s.read[k - 1:k]}})
+        # copies: the Series appends to its lists, the Pusher compares with what it sent
+        self.push_chart({0: {"x": list(s.steps), "y": list(s.read)},
+                         1: {"x": list(s.steps), "y": list(s.total)}},
+                        _chart_ranges(s.steps, k, s.total))
         self.steering.refresh(records, i)
 
     def _stream_html(self, text: str, s: Series, i: int, prev_end: int, buf: str) -> str:
@@ -306,8 +324,7 @@ class DAHookDiagram:
             self._phys, self._row_key = [], None
             return ({0: rn.run_bars([], 0, 0, self._cell), 1: rn.labels([], self._cell),
                      2: rn.hover_data([], n)},
-                    {"shapes": self._marks(),
-                     "title.text": f"{html.escape(v.req)}: not scheduled this step"})
+                    {"shapes": self._shapes(f"{html.escape(v.req)}: not scheduled this step")})
         total, ns = h.blocks_total, len(staged)
         kept_list = h.kept.tolist()
         kept = set(kept_list)
@@ -318,7 +335,7 @@ class DAHookDiagram:
         # the same blocks as last step: the runs and hover data are what was sent
         key = (v, self._cell, total, staged, kept_list)
         if key == self._row_key:
-            return self._row_upd, {"shapes": self._marks(), "title.text": title}
+            return self._row_upd, {"shapes": self._shapes(title)}
         self._row_key = key
         each = self._cell >= rn.LABEL_PX
         keys = [(v.colors[j] if j in kept else MASKED, j if each else 0) for j in range(total)]
@@ -332,7 +349,14 @@ class DAHookDiagram:
                  f"{'read' if j in kept else 'masked, not read'}" for j in range(total)]
         self._row_upd = {0: rn.run_bars(runs, 0, 0.44, self._cell),
                          1: rn.labels([(runs, 0)], self._cell), 2: rn.hover_data(hover, n)}
-        return self._row_upd, {"shapes": self._marks(), "title.text": title}
+        return self._row_upd, {"shapes": self._shapes(title)}
+
+    def _shapes(self, title: str) -> list[dict]:
+        """The row's title (a label in a box that never moves: shapes.py), then the marks."""
+        self._title = title
+        return [text_shape("title", 0.01 * _W / _ROW_PLOT_W - 10 / _ROW_PLOT_W, 1,
+                           1 + 2 / _ROW_PLOT_H, 1 + 22 / _ROW_PLOT_H, title, size=12,
+                           position="middle left", pad=0), *self._marks()]
 
     def _marks(self) -> list[dict]:
         """An outline around the highlighted physical block, wherever the row holds it."""
@@ -349,4 +373,4 @@ class DAHookDiagram:
 
     def _on_highlight(self, _change=None) -> None:
         if self._records is not None and self.view is not None:
-            self.push_row({}, {"shapes": self._marks()})
+            self.push_row({}, {"shapes": self._shapes(self._title)})

@@ -59,16 +59,109 @@ export default {
     if (!s.loading) {
       s.loading = true;
       const src = new Blob([model.get("plotly_module")], { type: "text/javascript" });
-      import(URL.createObjectURL(src)).then(s.resolve, s.reject);
+      // plotly.js leaves itself on window.Plotly as the module runs: keep that one (a later
+      // bundle on the page may replace the global)
+      import(URL.createObjectURL(src)).then(
+        (mod) => s.resolve({ mod, Plotly: globalThis.Plotly }), s.reject);
     }
   },
 };
 """
-_FIGURE = _SLOT + """\
+# plotly's widget view, changed where a step cost the page a whole redraw. plotly's view adds a
+# marker key (_doNotReportToPy) to every edit the kernel sends, so that plotly.js's event for
+# it is not reported back; plotly.js takes an attribute it does not know for a full recalc, so
+# every message, even one annotation's text, recalculated and redrew the whole figure. Here an
+# edit from the kernel goes to plotly.js as sent (its own edit types pick the cheapest redraw)
+# and the view ignores plotly.js's events while such edits are in flight. After each edit
+# plotly's view also diffed the page's whole figure against the model and sent the defaults
+# back (the kernel echoes them): the kernel reads no defaults, so after the first draw (which
+# tells LiveFigure that a view drew) none are sent.
+_VIEW = """\
+function cheapUpdates(M, V, Plotly) {
+  if (V.__daCheap) return;
+  V.__daCheap = true;
+  // One update may leave some of its traces alone: plotly.py sends Undefined for them, as
+  // "_undefined_". The view reads it back as undefined (plotly.js then skips that trace); the
+  // model's copy of the figure (what a view re-rendered from it draws) took the string itself
+  // for the value. It reads it as undefined here too.
+  const alone = (d) => {
+    const out = {};
+    for (const k in d || {}) {
+      out[k] = Array.isArray(d[k]) ? d[k].map((v) => (v === "_undefined_" ? undefined : v))
+        : d[k];
+    }
+    return out;
+  };
+  for (const [name, key] of [["do_update", "style_data"], ["do_restyle", "restyle_data"]]) {
+    const apply = M[name], msg = "_py2js_" + name.slice(3);
+    M[name] = function () {
+      const raw = this.model, m = raw.get(msg);
+      this.model = { get: (k) => (k === msg && m ? { ...m, [key]: alone(m[key]) } : raw.get(k)) };
+      try { apply.call(this); } finally { this.model = raw; }
+    };
+  }
+  // The kernel's edits are drawn in a task of their own, after the messages already in:
+  // the kernel's "idle" for this step is read first, so the player's next tick reaches the
+  // kernel while the page draws this one (the kernel and the page work side by side).
+  const queue = [];
+  function fromKernel(view, run) {
+    queue.push([view, run]);
+    if (queue.length === 1) setTimeout(drawQueued, 0);
+  }
+  function drawQueued() {
+    for (const [view, run] of queue.splice(0)) {
+      view._daFromKernel = (view._daFromKernel || 0) + 1;
+      let done;
+      try { done = run(); } finally {
+        Promise.resolve(done).catch(() => {}).then(() => { view._daFromKernel -= 1; });
+      }
+    }
+  }
+  // plotly.py names an item of a layout array "shapes.3.label.text" (fig.layout.shapes[3]
+  // assigned in batch_update); plotly.js draws an edit of one item alone only when it is named
+  // "shapes[3].label.text": the other spelling redraws the whole figure.
+  function items(layout) {
+    const out = {};
+    for (const k in layout) out[k.replace(/[.]([0-9]+)(?=[.]|$)/g, "[$1]")] = layout[k];
+    return out;
+  }
+  for (const name of ["handle_plotly_restyle", "handle_plotly_relayout",
+                      "handle_plotly_update"]) {
+    const report = V[name];
+    V[name] = function (ev) { if (!this._daFromKernel) report.call(this, ev); };
+  }
+  V.do_restyle = function () {
+    const m = this.model.get("_py2js_restyle");
+    if (m === null) return;
+    const traces = this.model._normalize_trace_indexes(m.restyle_traces);
+    fromKernel(this, () => Plotly.restyle(this.el, m.restyle_data, traces));
+  };
+  V.do_relayout = function () {
+    const m = this.model.get("_py2js_relayout");
+    if (m === null || m.source_view_id === this.viewID) return;
+    fromKernel(this, () => Plotly.relayout(this.el, items(m.relayout_data)));
+  };
+  // Plotly.update recomputes the whole figure's defaults even for a layout edit that
+  // relayout draws alone (a shape's colour or label: the changed shape is redrawn, nothing
+  // else), so an update with one side empty goes to relayout or restyle.
+  V.do_update = function () {
+    const m = this.model.get("_py2js_update");
+    if (m === null) return;
+    const style = m.style_data || {}, layout = items(m.layout_data || {});
+    const traces = this.model._normalize_trace_indexes(m.style_traces);
+    const some = (o) => Object.keys(o).length > 0;
+    fromKernel(this, () => (!some(style) ? Plotly.relayout(this.el, layout)
+      : !some(layout) ? Plotly.restyle(this.el, style, traces)
+      : Plotly.update(this.el, style, layout, traces)));
+  };
+}
+"""
+_FIGURE = _SLOT + _VIEW + """\
 export default () => {
   let widget = null, ready = null;
   function setUp(model) {
-    ready ??= slot().then(async (mod) => {
+    ready ??= slot().then(async ({ mod, Plotly }) => {
+      cheapUpdates(mod.FigureModel.prototype, mod.FigureView.prototype, Plotly);
       const def = mod.default;
       widget = typeof def === "function" ? await def() : def;
       await widget.initialize?.({ model });
@@ -85,7 +178,10 @@ export default () => {
 };
 """
 _PLOTLY = str(BaseFigureWidget._esm)
-_KEY = json.dumps("da_lab_plotly_" + hashlib.sha1(_PLOTLY.encode()).hexdigest()[:16])
+# The key names plotly's module and how the carrier hands it over: a page that still holds an
+# older carrier's promise under another key never mixes the two.
+_KEY = json.dumps("da_lab_plotly_" + hashlib.sha1(
+    (_PLOTLY + _CARRIER + _VIEW).encode()).hexdigest()[:16])
 
 
 class _PlotlyCarrier(anywidget.AnyWidget):
@@ -121,7 +217,38 @@ class LiveFigure(go.FigureWidget):
             if name in state and now is not None:
                 to_json = self.trait_metadata(name, "to_json", self._trait_to_json)
                 state[name] = to_json(now, self)  # plotly's to_json copies as it converts
+        if key is None:         # a new copy (a second tab) starts from the figure, no message
+            state.update((m, None) for m in _MESSAGES if m in state)
         return state
+
+    # plotly.py syncs an edit as four comm messages: each edit id, the message, then the
+    # message reset to None. Here it is one: the ids with the message, which is not reset
+    # (the next one differs from it by its ids, so the page still sees every edit).
+    def _send_once(self, name: str, msg: dict, traces: bool) -> None:
+        with self.hold_sync():
+            self._last_layout_edit_id += 1
+            msg["layout_edit_id"] = self._last_layout_edit_id
+            if traces:
+                self._last_trace_edit_id += 1
+                msg["trace_edit_id"] = self._last_trace_edit_id
+            setattr(self, name, msg)
+
+    def _send_update_msg(self, restyle_data, relayout_data, trace_indexes=None,
+                         source_view_id=None):
+        self._send_once("_py2js_update", {
+            "style_data": restyle_data, "layout_data": relayout_data,
+            "style_traces": self._normalize_trace_indexes(trace_indexes),
+            "source_view_id": source_view_id}, traces=True)
+
+    def _send_restyle_msg(self, restyle_data, trace_indexes=None, source_view_id=None):
+        self._send_once("_py2js_restyle", {
+            "restyle_data": restyle_data,
+            "restyle_traces": self._normalize_trace_indexes(trace_indexes),
+            "source_view_id": source_view_id}, traces=True)
+
+    def _send_relayout_msg(self, layout_data, source_view_id=None):
+        self._send_once("_py2js_relayout", {"relayout_data": layout_data,
+                                            "source_view_id": source_view_id}, traces=False)
 
     @observe(*_MESSAGES)
     def _state_after_message(self, change) -> None:

@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from da_lab.core.record import StepRecord
 
-from .rows import CACHED, FREE, OWNERS
+from .rows import CACHED, FREE, OWNERS, phys_row
 
 GRID_PALETTE = [FREE, CACHED, *OWNERS]
 GRID_LABELS = 256     # a cache this small gets its block ids written in the cells
@@ -74,3 +74,20 @@ def kv_quiet(rec: StepRecord) -> bool:
     """Whether a record changes nothing in the physical KV map."""
     kv = rec.kv or {}
     return not any(kv.get(k) for k in ("assign", "free", "cached", "uncached"))
+
+
+def describe_block(rec: StepRecord, p: int, req: str | None, blocks: dict[int, dict]) -> str:
+    """'block P: logical L of R, physical slot P' for whichever request's staged row holds P
+    this step (the diagram's own request first)."""
+    reqs = sorted(rec.requests, key=lambda h: h.req != req)
+    for h in reqs:
+        row = phys_row(h)
+        if p in row:
+            return f"block {p}: logical {row.index(p)} of {h.req}, physical slot {p}"
+    b = blocks.get(p)
+    if b and b["owners"]:
+        return f"block {p}: held by {', '.join(b['owners'])} (not scheduled this step), " \
+               f"physical slot {p}"
+    if b and b["cached"]:
+        return f"block {p}: free, prefix-cached, physical slot {p}"
+    return f"block {p}: free, physical slot {p}"

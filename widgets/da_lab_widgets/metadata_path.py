@@ -27,6 +27,7 @@ from da_lab.core.record import StepRecord
 
 from .highlight import Highlight
 from .metadata_path_text import card_text, hover_text, impl_of, step_values, values_text
+from .shapes import text_shape
 from .skeleton_view import wrap_label
 
 __all__ = ["MetadataPathDiagram", "Stage", "step_values"]
@@ -48,6 +49,7 @@ CHAR_PX = 6.6            # a character of 11 px text, wide (Verdana, DejaVu Sans
 SUB_CHARS = int((BOX_W - 10) / CHAR_PX)
 TEXT_CHARS = int(PLOT_W / CHAR_PX)
 CARD_LINES = 8           # the card and the values line hold at most this many lines each
+HL_W = 40 * CHAR_PX      # the hovered block's note, right of the card (wrapped at 40)
 
 
 @dataclass
@@ -207,26 +209,29 @@ class MetadataPathDiagram:
                           text="vLLM's real intercept point: the builder's build() call",
                           showarrow=False, font=dict(size=FONT, color=HOOK_RED)))
         self._write_path(shapes, notes)
+        # The texts a step changes are shape labels in boxes that never move: a label is
+        # redrawn alone, an annotation's new text redraws the whole figure (shapes.py).
         # The packet card: what the packet carries at its current box (filled by show()).
         bottom = self._row_y[-1] + BOX_H
-        self._card = len(notes)
-        notes.append(dict(x=0, y=bottom + 22, xanchor="left", yanchor="top",
-                          text="(no step shown yet)", showarrow=False, align="left",
-                          bgcolor="#fff4ec", bordercolor=PACKET, borderwidth=1,
-                          font=dict(size=FONT, color="#222")))
+        lines_h = 15 * CARD_LINES + 8
+        self._card = len(shapes)
+        shapes.append(text_shape("card", 0, PLOT_W - HL_W - 10, bottom + 22,
+                                 bottom + 22 + lines_h, "(no step shown yet)", xref="x",
+                                 yref="y", fill="#fff4ec", border=PACKET, pad=5))
         # The step's values, all of them, under the card (room for CARD_LINES lines each).
         values_y = bottom + 22 + 15 * CARD_LINES + 16
-        self._values_note = len(notes)
-        notes.append(dict(x=0, y=values_y, xanchor="left", yanchor="top", text="",
-                          showarrow=False, align="left", font=dict(size=FONT, color="#222")))
-        self._hl_note = len(notes)        # the hovered block, right of the card
-        notes.append(dict(x=PLOT_W, y=bottom + 22, xanchor="right", yanchor="top", text="",
-                          showarrow=False, align="right", font=dict(size=FONT, color="#111")))
+        self._values_note = len(shapes)
+        shapes.append(text_shape("values", 0, PLOT_W, values_y, values_y + lines_h, xref="x",
+                                 yref="y", pad=0))
+        self._hl_note = len(shapes)        # the hovered block, right of the card
+        shapes.append(text_shape("highlight", PLOT_W - HL_W, PLOT_W, bottom + 22,
+                                 bottom + 22 + lines_h, xref="x", yref="y", color="#111",
+                                 position="top right", pad=0))
         x, y = self._packet_xy(self.frame)
         packet = go.Scatter(x=[x], y=[y], mode="markers",
                             marker=dict(size=22, color=PACKET, symbol="circle",
                                         line=dict(color="white", width=2)),
-                            hoverinfo="text", hovertext=["(no step shown yet)"],
+                            hoverinfo="text", hovertext="(no step shown yet)",
                             showlegend=False, name="packet")
         plot_h = values_y + 15 * CARD_LINES + 8
         fig = LiveFigure(data=[packet])
@@ -294,10 +299,12 @@ class MetadataPathDiagram:
         with self.figure.batch_update():
             tr = self.figure.data[0]
             tr.x, tr.y = [x], [y]
-            tr.hovertext = [hover_text(v, self.impl)]
-            self.figure.layout.annotations[self._card].text = self.card_text(v, self.frame)
+            # one string, not a list of one: plotly.js redraws the whole figure when an
+            # array-valued attribute changes, a scalar one restyles the marker alone
+            tr.hovertext = hover_text(v, self.impl)
+            self.figure.layout.shapes[self._card].label.text = self.card_text(v, self.frame)
             if full:
-                self.figure.layout.annotations[self._values_note].text = values_text(
+                self.figure.layout.shapes[self._values_note].label.text = values_text(
                     v, self.impl, TEXT_CHARS)
                 self._on_highlight()
         self._label()
@@ -316,4 +323,4 @@ class MetadataPathDiagram:
                                     else "<b>hidden</b> from the kernel"))
             text = wrap_label(f"physical block {b}: " + ("; ".join(parts) if parts
                                                          else "not in any row this step"), 40)
-        self.figure.layout.annotations[self._hl_note].text = text
+        self.figure.layout.shapes[self._hl_note].label.text = text

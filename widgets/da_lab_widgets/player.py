@@ -106,6 +106,13 @@ class Player:
             if self.source.live:
                 self.step_ms.append((time.perf_counter() - t0) * 1e3)
             if not ok:
+                last = len(recs) - 1
+                if recs and self.i != last:
+                    # A busy page sends Play's latest value only: a tick can jump past the last
+                    # record. Show it before saying "end".
+                    self.i = last
+                    self._sync(last)
+                    self.show(last)
                 self._stop()
                 self._say_end()
                 return False

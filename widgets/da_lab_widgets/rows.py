@@ -8,10 +8,12 @@ from dataclasses import dataclass
 
 import plotly.colors as pcolors
 import plotly.graph_objects as go
+from plotly.basedatatypes import Undefined
 
 from da_lab.core.layout import Layout
 from da_lab.core.record import RequestStep
 
+from .shapes import shape_edits
 from .source import added_entry
 
 # ---- colours shared by the diagrams that colour blocks by DA region -------------------------
@@ -57,26 +59,25 @@ class Pusher:
     only what changed since the last call: a trace whose values all equal what it was last sent
     stays out of the message, and so does a key no trace has new values for (comparing two
     lists here is far cheaper than plotly's bookkeeping, the bytes and the browser's redraw).
-    Layout changes are remembered and filtered the same way. Nothing new: no message at all.
-    That matters more than the bytes: plotly's widget view marks every update it applies
-    (`_doNotReportToPy`), which plotly.js takes for a data edit, so EVERY message redraws the
-    whole figure in the browser, however small the change.
+    Layout changes are remembered and filtered the same way; "shapes" (the whole list as it
+    should be now) becomes edits of single shapes (shapes.py). Nothing new: no message at all.
+    That matters more than the bytes: a trace's data edit makes plotly.js recalculate and
+    redraw the whole figure, so one call is one message, whatever traces it touches.
 
     plotly_update skips plotly's per-element validators, which cost ~1 ms per array of colours;
     every value here is built by this package as plain lists of str/number, so nothing needs
     validating. Call with {trace index: {"marker.color": [...], ...}} and relayout changes.
 
-    Every trace in one update gets every key of it: a trace with nothing new for a key another
-    trace of its group changes resends what it was last sent (remembered here); traces that
-    take other keys (a text trace next to heatmaps) go in a second message. plotly.py's way to say
-    "leave this trace alone", an Undefined, reaches the anywidget front end as a real undefined
-    that wipes the property in its copy of the figure, so a figure updated that way
-    (batch_update over traces with different keys, too) draws wrongly in the browser."""
+    A trace with nothing new for a key another trace changes gets plotly.py's Undefined ("leave
+    it alone"). plotly's own front end took that for a value in its copy of the figure (what a
+    view re-rendered from it drew); LiveFigure's (figure.py) reads it as "leave alone", so the
+    figure must be a LiveFigure for a page to draw it right."""
 
     def __init__(self, fig: go.FigureWidget) -> None:
         self.fig = fig
         self.sent: dict[int, dict] = {}
         self.sent_layout: dict = {}
+        self.shapes: list[dict] | None = None    # the shapes on the page (shapes.py)
         self.messages = 0
 
     def __call__(self, traces: dict[int, dict], layout: dict | None = None) -> None:
@@ -88,33 +89,30 @@ class Pusher:
             d = {k: _plain(v) for k, v in d.items() if last.get(k, _UNSENT) != _plain(v)}
             if d:
                 new[i] = d
-        lay = {k: _plain(v) for k, v in (layout or {}).items()
+        layout = dict(layout or {})
+        shapes = layout.pop("shapes", None)
+        lay = {k: _plain(v) for k, v in layout.items()
                if self.sent_layout.get(k, _UNSENT) != _plain(v)}
+        self.sent_layout.update(lay)
+        if shapes is not None:
+            # "the shapes now" becomes edits of single shapes (shapes.py), never remembered
+            # with the keys above: a whole new list may have changed any of them since
+            edits, self.shapes = shape_edits(self.shapes, list(shapes))
+            lay.update(edits)
         if not new and not lay:
             return
-        self.sent_layout.update(lay)
-        # Traces that take the same keys share a message (e.g. all heatmaps); a key one of
-        # them has nothing new for is resent from memory. Other traces: another message.
-        groups: dict[frozenset, list[int]] = {}
-        for i in sorted(new):
-            groups.setdefault(frozenset(self.sent.get(i, {})) | frozenset(new[i]), []).append(i)
-        if not groups:
-            groups[frozenset()] = []
-        for idx in groups.values():
-            keys = sorted({k for i in idx for k in new[i]})
-            restyle = {k: [new[i].get(k, self.sent.get(i, {}).get(k)) for i in idx]
-                       for k in keys}
-            for i in idx:
-                self.sent.setdefault(i, {}).update((k, new[i][k]) for k in new[i])
-            self.messages += 1
-            self.fig.plotly_update(restyle_data=restyle, relayout_data=lay,
-                                   trace_indexes=idx)
-            for k in lay:
-                # plotly.py stores a whole new list of shapes but keeps serving the old Shape
-                # objects from fig.layout.shapes; dropping them makes it rebuild from the list
-                if "." not in k and "[" not in k:
-                    self.fig.layout._compound_array_props.pop(k, None)
-            lay = {}
+        idx = sorted(new)
+        keys = sorted({k for i in idx for k in new[i]})
+        restyle = {k: [new[i].get(k, Undefined) for i in idx] for k in keys}
+        for i in idx:
+            self.sent.setdefault(i, {}).update(new[i])
+        self.messages += 1
+        self.fig.plotly_update(restyle_data=restyle, relayout_data=lay, trace_indexes=idx)
+        for k in lay:
+            # plotly.py stores a whole new list of shapes but keeps serving the old Shape
+            # objects from fig.layout.shapes; dropping them makes it rebuild from the list
+            if "." not in k and "[" not in k:
+                self.fig.layout._compound_array_props.pop(k, None)
 
 
 def _plain(v):

@@ -20,6 +20,7 @@ from pathlib import Path
 from da_lab.core.record import StepRecord
 
 from .highlight import Highlight
+from .shapes import text_shape
 from .skeleton_answers import html_one_backend, html_variant, skeleton_diff  # noqa: F401
 from .skeleton_view import (
     GROUP_FILL,
@@ -56,6 +57,7 @@ CHAR_PX = 6.6                 # a character of 11 px text, wide (DejaVu Sans), f
 BOX_PAD = 14                  # inside a box, left + right
 LABEL_CHARS = 28              # a slot box's lines are wrapped at this many characters
 NOTE_CHARS = int((PLOT_W - NOTE_X - 10) / CHAR_PX)    # the step note's
+NOTE_LINES = 10               # its box holds this many lines (9 in the shipped traces)
 
 
 def _lines(label: str) -> int:
@@ -83,8 +85,8 @@ class SkeletonDiagram:
         self.variant_engine = variant_engine
         self.view = SkeletonView.of(self.skeleton)
         self._attn_boxes: list[int] = []     # shape indices of the attention boxes
+        self._step_note = 0                  # the shape whose label is the step note
         self.figure = self._build_figure()
-        self._step_note = len(self.figure.layout.annotations) - 1
 
         # The seed's questions, each answered from the skeleton or by a real engine.
         self.buttons = {
@@ -169,13 +171,20 @@ class SkeletonDiagram:
         notes.append(dict(x=0, y=0, xref="paper", yref="paper", xanchor="left",
                           yanchor="top", yshift=-12, text="<br>".join(caption),
                           showarrow=False, align="left", font=dict(size=FONT, color="#444")))
-        # Last annotation: the step note (filled by show()).
+        # The step note (filled by show()): an arrow from the attention box to a fixed box
+        # whose label is the note. A label's text is redrawn alone; an annotation's text
+        # change would redraw the whole figure every step (shapes.py).
         ax, ay = anchor or (X1, top / 2)
         notes.append(dict(x=ax, y=ay, ax=NOTE_X, ay=ay + GAP / 2, xref="x", yref="y",
-                          axref="x", ayref="y", xanchor="left", text="(no step shown yet)",
-                          showarrow=True, arrowhead=2, arrowcolor=STEP_LINE, align="left",
-                          font=dict(size=FONT, color=STEP_LINE), bgcolor="white",
-                          bordercolor=STEP_LINE, borderwidth=1))
+                          axref="x", ayref="y", text="", showarrow=True, arrowhead=2,
+                          arrowcolor=STEP_LINE))
+        h = (NOTE_LINES * 15 + 10) / PX
+        y1 = min(top + 0.15, ay + GAP / 2 + h / 2)
+        self._step_note = len(shapes)
+        shapes.append(text_shape("step note", NOTE_X, PLOT_W - 2, y1 - h, y1,
+                                 "(no step shown yet)", xref="x", yref="y", color=STEP_LINE,
+                                 position="middle left", fill="white", border=STEP_LINE,
+                                 pad=5))
         return _figure(go, shapes, notes, (canvas.hx, canvas.hy, canvas.htext), title,
                        len(caption), top)
 
@@ -208,7 +217,7 @@ class SkeletonDiagram:
             for k in self._attn_boxes:
                 self.figure.layout.shapes[k].line.color = STEP_LINE if on else SLOT_LINE
                 self.figure.layout.shapes[k].line.width = 3 if on else 1.2
-            self.figure.layout.annotations[self._step_note].text = self.step_text(rec)
+            self.figure.layout.shapes[self._step_note].label.text = self.step_text(rec)
 
     # ---- the buttons ---------------------------------------------------------------------
     def answer_one_backend(self) -> str:
