@@ -242,6 +242,8 @@ def main(argv=None) -> int:
                     help="run stock and plugin_plain this many times (their ratio is noisy)")
     ap.add_argument("--ready-timeout", type=float, default=300.0)
     ap.add_argument("--only", default="stock,da", help="which servers: stock, da")
+    ap.add_argument("--runs", default=None,
+                    help="only these runs of the servers' lists, e.g. da_global,da_focus")
     ap.add_argument("--out", required=True)
     ap.add_argument("--vllm-arg", dest="vllm_args", action="append", default=[],
                     help="one more `vllm serve` option for both servers (repeatable)")
@@ -270,6 +272,9 @@ def main(argv=None) -> int:
                      *[("plugin_plain" + r, args.input_len, None) for r in again],
                      ("da_global", args.input_len, body["global"]),
                      ("da_focus", args.input_len, body["focus"])]}
+    if args.runs:
+        want = set(args.runs.split(","))
+        phases = {k: [r for r in v if r[0] in want] for k, v in phases.items()}
     servers = {}
     for kind in args.only.split(","):
         got = _phase(kind, phases[kind], args, work, free_port("127.0.0.1"))

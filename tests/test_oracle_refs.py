@@ -105,6 +105,9 @@ def test_score_needs_both_references_to_disagree():
                [9, 1, 2, 7, 4], [0, 1.0, 0.5, 1.5, 0.1], [9, 1, 2, 8, 4])
     s2 = score(c2, 0.25)
     assert not s2["passed"] and s2["mismatches"] == 1 and s2["mismatch_at"] == ["a@3"]
+    c2["requests"]["a"]["engine_gap"] = [None, 0.5, 0.4, 0.03, 1.0]
+    assert score(c2, 0.25)["mismatch_engine_gap"] == [
+        {"at": "a@3", "ref_gap_fp32": 2.0, "engine_gap": 0.03}]
     assert gap_stats([]) == {"n": 0, "min": None, "max": None}
 
 
@@ -158,3 +161,8 @@ def test_gpu_tests_cpu_smoke_runs_every_step_of_a_case(tmp_path):
     forced = [c for c in cases if "eager_tokens_compared" in c]
     assert forced and forced[0]["eager_tokens_compared"] > 0
     assert forced[0]["eager_not_comparable_mask_timing"] == 0     # no async lag on the CPU
+    # the engine's own top-2 gap at every position (logprobs=2), the greedy token's the larger
+    raw = json.loads((tmp_path / "gt" / "tiny-v1-eager.json").read_text())
+    for req in raw["requests"].values():
+        assert len(req["engine_gap"]) == len(req["tokens"])
+        assert all(g is not None and g >= 0 for g in req["engine_gap"]), req["engine_gap"]

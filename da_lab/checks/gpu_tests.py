@@ -74,7 +74,9 @@ def _wait_for(path: Path, timeout: float) -> dict:
 
 def _drive(lab, prompt, max_tokens: int) -> tuple[dict, dict]:
     """The three scenarios together on `lab`; (per-request results, run facts)."""
-    rids = {name: lab.add_request(prompt, tags=tags, max_tokens=max_tokens)
+    # logprobs=2: the engine's own top-2 gap at each position, to tell a wrong mask from a
+    # bf16 near-tie where the engine and the references disagree.
+    rids = {name: lab.add_request(prompt, tags=tags, max_tokens=max_tokens, logprobs=2)
             for name, tags in SCENARIOS.items()}
     steps = max_unseen = 0
     while lab.has_unfinished():
@@ -87,9 +89,16 @@ def _drive(lab, prompt, max_tokens: int) -> tuple[dict, dict]:
         st, r = lab.request_state(rid), lab.requests[rid]
         reqs[name] = {"tokens": r["token_ids"], "forced": sorted(r["forced"]),
                       "history": _history(st),
+                      "engine_gap": [_top2_gap(lp) for lp in r.get("logprobs", [])],
                       "events": [e["kind"] for e in st.events],
                       "masked_steps": sum(k is not None for _, _, k in st.mask_history)}
     return reqs, {"steps": steps, "max_tokens_unseen": max_unseen}
+
+
+def _top2_gap(logprobs: dict) -> float | None:
+    """rank-1 minus rank-2 logprob of one position (= their logit difference)."""
+    top = sorted((lp for lp in logprobs.values() if lp.rank in (1, 2)), key=lambda x: x.rank)
+    return round(top[0].logprob - top[1].logprob, 4) if len(top) == 2 else None
 
 
 def _teacher_force(lab, prompt, reqs: dict, eager: dict) -> None:

@@ -36,7 +36,7 @@ def score(case: dict, threshold: float) -> dict:
     from da_lab.checks.oracle import disagreement_gaps
 
     compared = ties = mism = mism_fp32 = unmasked_diff = masked_steps = 0
-    where, gaps = [], {"float32": [], "bfloat16": []}
+    where, own, gaps = [], [], {"float32": [], "bfloat16": []}
     for name, r in case["requests"].items():
         forced = set(r["forced"])
         masked_steps += r["masked_steps"]
@@ -57,10 +57,15 @@ def score(case: dict, threshold: float) -> dict:
                 if r.get("ref_masked_bf16", r["ref_masked"])[i] != tok:
                     mism += 1
                     where.append(f"{name}@{i}")
+                    eg = r.get("engine_gap") or []
+                    own.append({"at": f"{name}@{i}", "ref_gap_fp32": r["gap"][i],
+                                "engine_gap": eg[i] if i < len(eg) else None})
     ok_runner = case["runner_ran"] == case["runner"]
     passed = ok_runner and mism == 0 and compared > 0 and unmasked_diff > 0 and masked_steps > 0
     return {"passed": passed, "tokens_compared": compared, "near_ties": ties,
             "mismatches": mism, "mismatch_at": where[:20],
+            # the engine's own top-2 gap where it disagreed: near 0 = its own near-tie
+            "mismatch_engine_gap": own[:20],
             "mismatches_fp32_alone": mism_fp32,
             "disagreement_gap_fp32": gap_stats(gaps["float32"]),
             "disagreement_gap_bf16": gap_stats(gaps["bfloat16"]),

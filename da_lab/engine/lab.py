@@ -182,8 +182,10 @@ class Lab:
                             chunk_blocks=chunk_blocks)
 
     def add_request(self, prompt: DAPrompt | list[int], *, tags: list[tuple[int, str]] = (),
-                    max_tokens: int = 32, request_id: str | None = None) -> str:
-        """Queue a greedy request. `tags`: (output index, tag text) the director writes there."""
+                    max_tokens: int = 32, request_id: str | None = None,
+                    logprobs: int | None = None) -> str:
+        """Queue a greedy request. `tags`: (output index, tag text) the director writes there;
+        `logprobs`: keep each position's top-k logprobs (the engine's own near-ties)."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -202,7 +204,8 @@ class Lab:
         self.tracker.end_script(rid)   # a reused id starts without the old request's steering
         self.requests.pop(rid, None)
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
-                                output_kind=RequestOutputKind.DELTA, extra_args=extra)
+                                output_kind=RequestOutputKind.DELTA, extra_args=extra,
+                                logprobs=logprobs)
         self.engine.add_request(rid, {"prompt_token_ids": ids}, params)
         script = [(at, len(ids), text) for (at, ids), (_, text) in
                   zip(extra.get(EXTRA_DIRECTOR, []), tags, strict=True)]
@@ -272,6 +275,8 @@ class Lab:
             r = self.requests.get(o.request_id)
             if r is not None:
                 r["token_ids"] += list(c.token_ids)
+                if c.logprobs:
+                    r.setdefault("logprobs", []).extend(c.logprobs)
                 r["text"] += c.text
                 r["finished"] = o.finished
             if o.finished:
