@@ -105,9 +105,15 @@ def test_score_needs_both_references_to_disagree():
                [9, 1, 2, 7, 4], [0, 1.0, 0.5, 1.5, 0.1], [9, 1, 2, 8, 4])
     s2 = score(c2, 0.25)
     assert not s2["passed"] and s2["mismatches"] == 1 and s2["mismatch_at"] == ["a@3"]
-    c2["requests"]["a"]["engine_gap"] = [None, 0.5, 0.4, 0.03, 1.0]
-    assert score(c2, 0.25)["mismatch_engine_gap"] == [
-        {"at": "a@3", "ref_gap_fp32": 2.0, "engine_gap": 0.03}]
+    assert s2["mismatch_gaps"] == [{"at": "a@3", "ref_gap_fp32": 2.0, "engine_gap": None}]
+    # the engine's own logits tie there (one bf16 step): a rounding coin flip, counted apart
+    c2["requests"]["a"]["engine_gap"] = [None, 0.5, 0.4, 0.03125, 1.0]
+    s3 = score(c2, 0.25)
+    assert s3["passed"] and s3["mismatches"] == 0 and s3["engine_ties"] == 1
+    assert s3["engine_tie_at"] == [{"at": "a@3", "ref_gap_fp32": 2.0, "engine_gap": 0.03125}]
+    # a confident engine choice against both references stays a mismatch
+    c2["requests"]["a"]["engine_gap"] = [None, 0.5, 0.4, 0.07, 1.0]
+    assert not score(c2, 0.25)["passed"]
     assert gap_stats([]) == {"n": 0, "min": None, "max": None}
 
 

@@ -18,8 +18,10 @@ starts), all cases at once on the one GPU. A case:
      (da_lab.checks.oracle) twice: in float32 (the exact reference) and in bfloat16 (the
      engine's own precision). A position the engine chose differently from the float32
      reference counts as a mismatch only where that reference's top-2 gap is at least
-     --threshold *and* the bfloat16 reference disagrees with the engine too; each case reports
-     how close to a tie its disagreements were (smallest and largest gap, per reference).
+     --threshold *and* the bfloat16 reference disagrees with the engine too *and* the engine's
+     own top-2 gap (logprobs=2) is above two bfloat16 steps (verdict.ENGINE_TIE): where the
+     engine's own logits tie, its choice is a rounding coin flip, counted as `engine_ties`.
+     Each case reports how close to a tie its disagreements were (per reference).
 The unmasked reference must differ somewhere, or the case proves nothing and fails.
 """
 
@@ -308,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['model']:16} {r['runner']:3} {r['graphs']:19} "
               f"{'PASS' if r['passed'] else 'FAIL'} compared={r['tokens_compared']} "
               f"near_ties={r['near_ties']} mismatches={r.get('mismatches')} "
+              f"engine_ties={r.get('engine_ties', '-')} "
               f"gap fp32 {g32.get('min')}..{g32.get('max')} bf16 {g16.get('min')}.."
               f"{g16.get('max')} teacher-forced={r.get('eager_tokens_compared', '-')}/"
               f"{r.get('eager_mismatches', '-')} {r.get('error', '')[:300]}")

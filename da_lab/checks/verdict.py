@@ -30,13 +30,20 @@ def gap_stats(gaps: list[float]) -> dict:
             "max": round(max(gaps), 4) if gaps else None}
 
 
+# The engine's own top-2 logit gap at or under which its choice is a bfloat16 rounding coin
+# flip: two bf16 steps for logits in [8, 16). A wrong mask moves logits far more than this.
+ENGINE_TIE = 0.0625
+
+
 def score(case: dict, threshold: float) -> dict:
     """Engine vs the masked references. A mismatch: the engine differs from the float32
-    reference where its gap is >= threshold, and from the bfloat16 reference too."""
+    reference where its gap is >= threshold, and from the bfloat16 reference too, and the
+    engine's own top-2 gap (when recorded) is above ENGINE_TIE; a disagreement at an engine
+    near-tie is counted apart (`engine_ties`)."""
     from da_lab.checks.oracle import disagreement_gaps
 
     compared = ties = mism = mism_fp32 = unmasked_diff = masked_steps = 0
-    where, own, gaps = [], [], {"float32": [], "bfloat16": []}
+    where, engine_ties, gaps = [], [], {"float32": [], "bfloat16": []}
     for name, r in case["requests"].items():
         forced = set(r["forced"])
         masked_steps += r["masked_steps"]
@@ -55,17 +62,20 @@ def score(case: dict, threshold: float) -> dict:
             if r["ref_masked"][i] != tok:
                 mism_fp32 += 1
                 if r.get("ref_masked_bf16", r["ref_masked"])[i] != tok:
-                    mism += 1
-                    where.append(f"{name}@{i}")
-                    eg = r.get("engine_gap") or []
-                    own.append({"at": f"{name}@{i}", "ref_gap_fp32": r["gap"][i],
-                                "engine_gap": eg[i] if i < len(eg) else None})
+                    eg = (r.get("engine_gap") or [])[i:i + 1]
+                    at = {"at": f"{name}@{i}", "ref_gap_fp32": r["gap"][i],
+                          "engine_gap": eg[0] if eg else None}
+                    if eg and eg[0] is not None and eg[0] <= ENGINE_TIE:
+                        engine_ties.append(at)
+                    else:
+                        mism += 1
+                        where.append(at)
     ok_runner = case["runner_ran"] == case["runner"]
     passed = ok_runner and mism == 0 and compared > 0 and unmasked_diff > 0 and masked_steps > 0
     return {"passed": passed, "tokens_compared": compared, "near_ties": ties,
-            "mismatches": mism, "mismatch_at": where[:20],
-            # the engine's own top-2 gap where it disagreed: near 0 = its own near-tie
-            "mismatch_engine_gap": own[:20],
+            "mismatches": mism, "mismatch_at": [w["at"] for w in where[:20]],
+            "mismatch_gaps": where[:20], "engine_ties": len(engine_ties),
+            "engine_tie_at": engine_ties[:20],
             "mismatches_fp32_alone": mism_fp32,
             "disagreement_gap_fp32": gap_stats(gaps["float32"]),
             "disagreement_gap_bf16": gap_stats(gaps["bfloat16"]),
