@@ -12,6 +12,8 @@ flight at once) sends:
     DA server (`da-lab serve`: the hook and the endpoint plugin loaded):
         plugin_plain     prompts of --input-len, no layout: what every non-DA user pays
         da_global        the layout, no tag: the hook's own cost
+        da_global_tag    the layout and the director's <global> at output 0 (keeps every block;
+                         its first token is text, as da_focus's is: see serve-h200-2026-12-01.md)
         da_focus         the layout and the director's <focus C2,C7> at output 0
                          (`python -m da_lab.serve.bench`: the --extra-body of every request)
 Each row keeps vLLM's own result (output tok/s, TTFT, TPOT, ITL percentiles); the ratios the
@@ -184,6 +186,10 @@ def _ratios(rows: dict) -> dict:
         over_repeats("stock", "output_throughput")
     return {
         "focus_vs_global_median_itl": r("da_focus", "da_global", "median_itl_ms", True),
+        # both write a tag (text) at output 0: the same first-token detokenizer cost
+        "focus_vs_global_tag_median_itl": r("da_focus", "da_global_tag", "median_itl_ms", True),
+        "focus_vs_global_tag_engine_mean_itl": r("da_focus", "da_global_tag",
+                                                 "engine_mean_itl_ms", True),
         "focus_vs_stock_kept_median_itl": r("da_focus", "stock_kept", "median_itl_ms", True),
         "focus_vs_global_engine_mean_itl": r("da_focus", "da_global", "engine_mean_itl_ms",
                                              True),
@@ -263,7 +269,8 @@ def main(argv=None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     kept = _kept_len(args)
-    body = {m: extra_body(args.input_len, args.output_len, m) for m in ("global", "focus")}
+    body = {m: extra_body(args.input_len, args.output_len, m)
+            for m in ("global", "focus", "global_tag")}
     rows: dict = {}
     again = [f"_r{i + 1}" for i in range(1, args.repeats)]
     phases = {"stock": [("stock", args.input_len, None), ("stock_kept", kept, None),
@@ -271,6 +278,7 @@ def main(argv=None) -> int:
               "da": [("plugin_plain", args.input_len, None),
                      *[("plugin_plain" + r, args.input_len, None) for r in again],
                      ("da_global", args.input_len, body["global"]),
+                     ("da_global_tag", args.input_len, body["global_tag"]),
                      ("da_focus", args.input_len, body["focus"])]}
     if args.runs:
         want = set(args.runs.split(","))

@@ -21,7 +21,11 @@ import json
 
 from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_LAYOUT, director_to_wire, layout_to_wire
 
-MODES = ("global", "focus", "local")
+MODES = ("global", "focus", "local", "global_tag")
+# <global> keeps every block, as no tag does; written at output 0 it gives a GLOBAL run the same
+# first token as a FOCUS run (text). A random-weights model's own first tokens are often
+# partial UTF-8, which vLLM's detokenizer pays for per step until a character completes.
+EXTRA_TAGS = {"global_tag": "<global>"}
 
 
 def extra_body(input_len: int, output_len: int, mode: str = "focus", *, block_size: int = 32,
@@ -33,8 +37,9 @@ def extra_body(input_len: int, output_len: int, mode: str = "focus", *, block_si
     layout = bench_layout(input_len - 2 * block_size, block_size, fraction=fraction,
                           response_tokens=output_len // 2)
     xargs = {EXTRA_LAYOUT: layout_to_wire(layout, with_prompt_len=False)}
-    if mode in TAGS:
-        xargs[EXTRA_DIRECTOR] = director_to_wire([(0, TAGS[mode])])
+    tag = EXTRA_TAGS.get(mode) or TAGS.get(mode)
+    if tag:
+        xargs[EXTRA_DIRECTOR] = director_to_wire([(0, tag)])
     return {"vllm_xargs": xargs}
 
 
@@ -44,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--input-len", type=int, required=True, help="--random-input-len")
     ap.add_argument("--output-len", type=int, required=True, help="--random-output-len")
     ap.add_argument("--mode", choices=MODES, default="focus",
-                    help="global: the layout alone (DA's overhead); focus / local: the director "
-                         "writes <focus C2,C7> / <local> at output 0")
+                    help="global: the layout alone (DA's overhead); focus / local / global_tag: "
+                         "the director writes <focus C2,C7> / <local> / <global> at output 0")
     ap.add_argument("--block-size", type=int, default=32)
     ap.add_argument("--focus-fraction", type=float, default=0.15)
     args = ap.parse_args(argv)
