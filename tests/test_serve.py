@@ -338,3 +338,11 @@ def test_ask_cli_check_tool_and_bench_extra_body(server, client, tmp_path):
         assert r.status_code == 200, r.text
         s = httpx.get(f"{server.url}/da/requests/b{n}").json()
         assert s["tags"] == ["<focus C2,C7>"] and s["prompt_len"] == n and s["masked_steps"]
+    # The GLOBAL run's body for the same benchmark: <global> at output 0 keeps every block.
+    body = extra_body(1024, 16, "global_tag")
+    r = httpx.post(server.url + "/v1/completions", timeout=60, json={
+        "model": client.model, "prompt": [5 + i % 900 for i in range(1024)], "max_tokens": 16,
+        "ignore_eos": True, "vllm_xargs": dict(body["vllm_xargs"], da_id="bglobal")})
+    assert r.status_code == 200, r.text
+    s = httpx.get(f"{server.url}/da/requests/bglobal").json()
+    assert s["tags"] == ["<global>"] and s["blocks_read"] == s["blocks_total"] > 0, s
