@@ -16,8 +16,12 @@ TraceSource; then the page presses Step once per recorded step and measures, per
   - kernel_ms: the kernel's own redraw time (Player.update_ms);
   - ws_bytes_to_page / ws_bytes_from_page: bytes on the kernel websocket each way for the step
     (the widget messages out, and what the page sends back: plotly's figure deltas, the click).
-Then, for the pair, Play runs through the trace at the fastest tick the player offers (50 ms)
-and the wall time per tick is reported (keeping up means ~50 ms).
+Then Play runs through the trace at the fastest tick the player offers (50 ms), for the pair
+(and each set named by --play), and reports: the wall time from the click on ▶ to the last step
+painted, per tick (it includes the click and the last step's trip: a Player with no diagram
+measures ~52 ms); the page's timer gaps; how many distinct steps the counter showed, and per
+second (20/s is every step: the player skips steps a busy page had no time for); the main
+thread's busy time per tick and its long tasks; the kernel's redraw times.
 Numbers are medians/p95 over the steps (step 0, drawn before the page shows it, left out).
 """
 
