@@ -16,8 +16,12 @@ TraceSource; then the page presses Step once per recorded step and measures, per
   - kernel_ms: the kernel's own redraw time (Player.update_ms);
   - ws_bytes_to_page / ws_bytes_from_page: bytes on the kernel websocket each way for the step
     (the widget messages out, and what the page sends back: plotly's figure deltas, the click).
-Then, for the pair, Play runs through the trace at the fastest tick the player offers (50 ms)
-and the wall time per tick is reported (keeping up means ~50 ms).
+Then Play runs through the trace at the fastest tick the player offers (50 ms), for the pair
+(and each set named by --play), and reports: the wall time from the click on ▶ to the last step
+painted, per tick (it includes the click and the last step's trip: a Player with no diagram
+measures ~52 ms); the page's timer gaps; how many distinct steps the counter showed, and per
+second (20/s is every step: the player skips steps a busy page had no time for); the main
+thread's busy time per tick and its long tasks; the kernel's redraw times.
 Numbers are medians/p95 over the steps (step 0, drawn before the page shows it, left out).
 """
 
@@ -238,23 +242,61 @@ print(json.dumps([r.step for r in src.records]))""")
             "ws_bytes_from_page": _stats(sent), "e2e_all": [round(x, 1) for x in e2e]}
 
 
-def play_through(page, trace: Path, names: list[str]) -> dict:
-    """Play the whole trace at a 50 ms tick; wall time from Play to the last step on screen."""
+# What Play does in the page: each tick of its timer run by window.setTimeout (ipywidgets'
+# PlayModel.loop; the player's StepClock `tick`), each step the counter shows, and the main
+# thread's long tasks.
+PLAY_WATCH = """() => {
+  window.__play = {ticks: [], shown: [], long: []};
+  if (!window.__daTimer) {
+    window.__daTimer = true;
+    const st = window.setTimeout;
+    window.setTimeout = function (fn, ms, ...rest) {
+      if (typeof fn === 'function' && (fn.name === 'bound loop' || fn.name === 'tick')) {
+        const tick = fn;
+        fn = function () { window.__play.ticks.push(performance.now());
+                           return tick.apply(this, arguments); };
+      }
+      return st.call(window, fn, ms, ...rest);
+    };
+    new PerformanceObserver((l) => { for (const e of l.getEntries())
+      window.__play.long.push([e.startTime, e.duration]); }).observe({type: 'longtask'});
+  }
+  const c = document.querySelector('.da-step-counter');
+  if (window.__daCounter) window.__daCounter.disconnect();
+  window.__daCounter = new MutationObserver(
+    () => window.__play.shown.push([performance.now(), c.textContent.trim()]));
+  window.__daCounter.observe(c, {subtree: true, childList: true, characterData: true});
+  return performance.now();
+}"""
+
+
+def play_through(page, cdp, trace: Path, names: list[str], before_click=None) -> dict:
+    """Play the whole trace at a 50 ms tick; wall time from Play to the last step on screen,
+    what the page's timer did (ticks), which steps were shown, and who was busy meanwhile."""
     make = ", ".join(MAKE[n] for n in names)
     out = page.evaluate(KERNEL_EXEC, f"""
+import json
+from da_lab_widgets import (BlocksDiagram, DAHookDiagram, Highlight, MetadataPathDiagram,
+                            Player, SkeletonDiagram, TraceSource)
 box.children = []
 src = TraceSource({str(trace)!r}); hl = Highlight()
 player = Player(src, [{make}], interval_ms=50)
 box.children = [player.widget]
 print(json.dumps([r.step for r in src.records]))""")
+    if "ERROR" in out:
+        raise RuntimeError(out)
     rec_steps = json.loads(out.strip().splitlines()[-1])
     page.wait_for_selector(".da-play button", timeout=120_000)
     page.wait_for_timeout(1500)
+    t_page = page.evaluate(PLAY_WATCH)
+    if before_click is not None:
+        before_click()
+    busy0 = _task_s(cdp)
     t0 = time.perf_counter()
     page.locator(".da-play button").first.click()
     try:
         page.wait_for_function(
-            f"document.querySelector('.da-step-counter').innerText.trim() === "
+            f"document.querySelector('.da-step-counter').textContent.trim() === "
             f"'step {rec_steps[-1]}'", timeout=600_000, polling="raf")
     except Exception as e:  # noqa: BLE001 - re-raised with what the page and kernel show
         shown = page.evaluate("document.querySelector('.da-step-counter').innerText")
@@ -263,11 +305,22 @@ print(json.dumps([r.step for r in src.records]))""")
         raise RuntimeError(f"Play did not reach step {rec_steps[-1]}: the page shows "
                            f"{shown!r}; kernel (i, frames, value, playing, max): {state}") from e
     wall = (time.perf_counter() - t0) * 1e3
+    busy = (_task_s(cdp) - busy0) * 1e3
+    seen = page.evaluate("window.__play")
     kern = json.loads(page.evaluate(KERNEL_EXEC, "print(json.dumps(player.update_ms))")
                       .strip().splitlines()[-1])
     ticks = len(rec_steps) - 1
+    tick_t = [t for t in seen["ticks"] if t > t_page]
+    gaps = [b - a for a, b in zip(tick_t, tick_t[1:], strict=False)]
+    shown = list(dict.fromkeys(s for _, s in seen["shown"]))        # distinct, in order
+    long = [d for t, d in seen["long"] if t > t_page]
     return {"ticks": ticks, "interval_ms": 50, "wall_ms": round(wall), "ms_per_tick":
-            round(wall / ticks, 1), "frames_drawn": len(kern) - 1}
+            round(wall / ticks, 1), "frames_drawn": len(kern) - 1,
+            "steps_shown": len(shown), "steps_shown_per_s": round(len(shown) / wall * 1e3, 1),
+            "timer_gap_ms": _stats(gaps) if gaps else None,
+            "main_ms_per_tick": round(busy / ticks, 1),
+            "long_tasks": {"n": len(long), "ms": round(sum(long))},
+            "kernel_ms": _stats(kern[1:]) if len(kern) > 1 else None}
 
 
 def _task_s(cdp) -> float:
@@ -286,6 +339,8 @@ def main() -> None:
     ap.add_argument("--sets", nargs="*", default=list(SETS), choices=list(SETS))
     ap.add_argument("--steps", type=int, default=None, help="at most this many steps per run")
     ap.add_argument("--no-play", action="store_true")
+    ap.add_argument("--play", nargs="*", default=["pair_04"], choices=list(SETS),
+                    help="the sets Play runs through (at a 50 ms tick)")
     ap.add_argument("--width", type=int, default=1440)
     ap.add_argument("--height", type=int, default=900)
     args = ap.parse_args()
@@ -312,13 +367,12 @@ def main() -> None:
                       f"{r['kernel_ms']['p95']:6.1f} ms (median/p95)  ws kB to/from page "
                       f"{r['ws_bytes_to_page']['median'] / 1e3:.1f}/"
                       f"{r['ws_bytes_from_page']['median'] / 1e3:.1f}", flush=True)
-            if not args.no_play:
+            for s in [] if args.no_play else args.play:
                 try:
-                    row["play_pair_04"] = play_through(page, trace, SETS["pair_04"])
+                    row[f"play_{s}"] = play_through(page, cdp, trace, SETS[s])
                 except RuntimeError as e:      # recorded, and the other traces still run
-                    row["play_pair_04"] = {"error": str(e)}
-                print(f"{trace.name:24s} play pair_04 at 50 ms: {row['play_pair_04']}",
-                      flush=True)
+                    row[f"play_{s}"] = {"error": str(e)}
+                print(f"{trace.name:24s} play {s} at 50 ms: {row[f'play_{s}']}", flush=True)
             rows.append(row)
         browser.close()
     doc = {"command": " ".join(["python", *sys.argv]), "code": code_version(),

@@ -3,6 +3,7 @@ changed. These tests hold the drawing to the records (every block of every run, 
 block inside a run) and check what goes to the front end; speed itself is measured by
 bench/widgets_cpu.py and bench/widgets_browser.py, not asserted here."""
 
+import copy
 import re
 from pathlib import Path
 
@@ -259,6 +260,60 @@ def test_pusher_sends_only_changed_traces_and_keys(sent):
     sent.clear()
     push({0: {"text": ["b"]}}, {"title.text": "t"})
     assert sent == []
+
+
+def _no_uids(fig: dict) -> dict:
+    return {**fig, "data": [{k: v for k, v in t.items() if k != "uid"} for t in fig["data"]]}
+
+
+def test_live_figure_fast_update_leaves_the_figure_plotly_update_would(sent):
+    """rows.Pusher on a LiveFigure sets the data and layout itself (no plotly.py validation or
+    element-by-element comparison): the figure as plotly.py reads it afterwards, and the
+    message the page gets, are those of plotly's own update, step after step."""
+    from da_lab_widgets import LiveFigure
+    from da_lab_widgets.shapes import text_shape
+
+    def build(cls):
+        fig = cls(layout={"shapes": [], "yaxis": {"range": [0, 1]}})
+        fig.add_bar(x=[0], y=[1], marker={"color": ["red"], "line": {"color": ["#111"]}})
+        fig.add_heatmap(z=[[1, None]], text=[["a", ""]])
+        return fig
+
+    fast, ref = build(LiveFigure), build(go.FigureWidget)
+    push_fast, push_ref = Pusher(fast), Pusher(ref)
+    note = text_shape("note", 0, 1, 1, 2, "step 1")
+    box = {"name": "b", "type": "rect", "x0": 0, "x1": 1, "y0": 0, "y1": 1, "fillcolor": "red",
+           "line": {"color": "#111", "width": 1}}
+    steps = [
+        ({0: {"x": [0, 1], "y": [1, 2], "marker.color": ["red", "blue"],
+              "marker.line.color": ["#111", "#222"]}, 1: {"z": [[1, 1]], "text": [["a", "b"]]}},
+         {"shapes": [note, box], "yaxis.range": [0, 3], "yaxis.ticktext": ["a", "b"]}),
+        ({1: {"text": [["a", "c"]]}},                       # one trace, one key
+         {"shapes": [{**note, "label": {**note["label"], "text": "step 2"}},
+                     {**box, "fillcolor": "blue"},          # leaf edits: shapes[k].x, and
+                     {**box, "fillcolor": "green"}]}),      # into the hidden room after them
+        ({}, {"shapes": [note]}),                           # one fewer: hidden, leaf edits
+        ({0: {"marker.color": ["green", "green"]}},
+         {"shapes": [note, {**box, "x0": 2, "x1": 3}]}),    # a move: the whole list again
+        ({}, {"shapes": [note, {**box, "x0": 2, "x1": 3},   # into the hidden room after it
+                         {**box, "x0": 2, "x1": 3, "fillcolor": "green"}]}),
+        ({}, {"shapes": [note]}),
+    ]
+    for traces, layout in steps:
+        sent.clear()
+        push_fast(*copy.deepcopy((traces, layout)))   # each its own copy: neither may alias
+        got = _updates(sent, fast)
+        assert len(got) == 1
+        push_ref(*copy.deepcopy((traces, layout)))
+        assert _no_uids(fast.to_dict()) == _no_uids(ref.to_dict())
+        # the figure holds the shapes asked for, then hidden ones (the room to grow)
+        now, given = fast.to_dict()["layout"]["shapes"], layout["shapes"]
+        assert now == push_fast.shapes and now[:len(given)] == given
+        assert {s["fillcolor"] for s in now[len(given):]} == {"rgba(0,0,0,0)"}
+        (up,) = got
+        assert up["style_traces"] == sorted(traces)
+        assert set(up["layout_data"]) >= {k for k in layout if k != "shapes"}
+    assert fast.data[0].marker.color == ("green", "green")
 
 
 def test_shape_edits_send_colours_and_labels_leaf_by_leaf_and_moves_as_a_list():

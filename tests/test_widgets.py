@@ -274,7 +274,7 @@ def test_steering_buttons_are_off_with_a_reason_and_new_request_keeps_playing(la
     assert f"{rid} has finished" in off.value and "new request" in off.value
     assert "finished" in player.note.value and not player.play.playing
     # ▶ at the end: Play's max is one past the last record, so a press ticks into "finished"
-    # instead of wrapping to step 0 (ipywidgets' Play restarts only when value == max).
+    # instead of wrapping to step 0 (the player's Play, as ipywidgets', restarts only at max).
     last = player.i
     assert player.play.max == len(src.records) == last + 1
     player.play.value = last + 1                  # the tick a press at the end produces

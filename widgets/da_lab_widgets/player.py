@@ -19,6 +19,8 @@ import time
 
 import ipywidgets as widgets
 
+from .clock import StepClock
+
 # Live Play's max: never reached; the engine running out of work is what stops a live run.
 # (Play pauses itself at max, and the kernel can't raise max fast enough under a fast tick.)
 LIVE_PLAY_MAX = 2**31 - 1
@@ -35,9 +37,9 @@ class Player:
         self._ended = False                # the note says "finished"
 
         n = len(source.records)
-        self.play = widgets.Play(value=0, min=0, max=self._play_max(), step=1,
-                                 interval=interval_ms, show_repeat=False,
-                                 description="play")
+        # ▶ / ⏸: Play's traits, ticking on time and skipping what a busy page can't show
+        self.play = StepClock(value=0, min=0, max=self._play_max(), step=1,
+                              interval=interval_ms, description="play")
         self.play.add_class("da-play")
         self.step_button = widgets.Button(description="Step", icon="step-forward",
                                           tooltip="one engine step" if source.live

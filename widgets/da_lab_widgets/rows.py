@@ -107,6 +107,9 @@ class Pusher:
         for i in idx:
             self.sent.setdefault(i, {}).update(new[i])
         self.messages += 1
+        if hasattr(self.fig, "push_update"):        # a LiveFigure: no second comparison
+            self.fig.push_update(restyle, lay, idx)
+            return
         self.fig.plotly_update(restyle_data=restyle, relayout_data=lay, trace_indexes=idx)
         for k in lay:
             # plotly.py stores a whole new list of shapes but keeps serving the old Shape

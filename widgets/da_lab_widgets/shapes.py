@@ -63,7 +63,7 @@ def shape_edits(sent: list[dict] | None, new: list[dict]) -> tuple[dict, list[di
     whole list, in one edit, since the page redraws the whole figure for it anyway (and
     plotly.py checks a leaf's path at ~0.2 ms, a list at once)."""
     if sent is None or len(new) > len(sent):
-        now = list(new) + [hidden(new[-1])] * (HEADROOM if new else 0)
+        now = list(new) + [hidden(new[-1]) for _ in range(HEADROOM if new else 0)]
         return {"shapes": now}, now
     now = list(new) + [hidden(s) for s in sent[len(new):]]
     edits = {}
