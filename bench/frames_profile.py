@@ -197,21 +197,15 @@ def _stop_trace(page, cdp) -> list[dict]:
 
 
 def main() -> None:
-    from playwright.sync_api import sync_playwright
     ap = argparse.ArgumentParser()
     ap.add_argument("--traces", nargs="*", default=["seed_cpu"])
     ap.add_argument("--sets", nargs="*", default=list(wb.SETS), choices=list(wb.SETS))
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    traces = [p for p in sorted((wb.ROOT / "traces").glob("*.jsonl.gz"))
-              if p.name.startswith(tuple(args.traces))]
+    traces = wb.traces_named(args.traces)
     rows = []
-    with wb.Lab() as lab, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=wb.CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--no-first-run"])
-        page = browser.new_page(viewport={"width": 1440, "height": 900})
-        cdp = page.context.new_cdp_session(page)
+    with wb.chromium_page(domains=()) as (page, cdp, lab):
         wb.open_notebook(page, lab)
         for trace in traces:
             for s in args.sets:
@@ -219,7 +213,6 @@ def main() -> None:
                 r.update(trace=trace.name, set=s)
                 print(json.dumps(r, indent=1), flush=True)
                 rows.append(r)
-        browser.close()
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1) + "\n")
 

@@ -58,21 +58,14 @@ def summary(events: list[dict], ticks: int) -> dict:
 
 
 def main() -> None:
-    from playwright.sync_api import sync_playwright
     ap = argparse.ArgumentParser()
     ap.add_argument("--traces", nargs="*", default=["seed_cpu"])
     ap.add_argument("--sets", nargs="*", default=["pair_04"], choices=list(wb.SETS))
     ap.add_argument("--dir", type=Path, required=True)
     args = ap.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
-    traces = [p for p in sorted((wb.ROOT / "traces").glob("*.jsonl.gz"))
-              if p.name.startswith(tuple(args.traces))]
-    with wb.Lab() as lab, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=wb.CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--no-first-run"])
-        page = browser.new_page(viewport={"width": 1440, "height": 900})
-        cdp = page.context.new_cdp_session(page)
-        cdp.send("Performance.enable")
+    traces = wb.traces_named(args.traces)
+    with wb.chromium_page(domains=("Performance",)) as (page, cdp, lab):
         wb.open_notebook(page, lab)
         for trace in traces:
             for s in args.sets:
@@ -88,7 +81,6 @@ def main() -> None:
                 name = f"{trace.name.split('.')[0]}-{s}"
                 (args.dir / f"{name}.json").write_text(json.dumps(
                     {"result": r, "events": events}))
-        browser.close()
 
 
 if __name__ == "__main__":

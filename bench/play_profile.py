@@ -34,23 +34,15 @@ def self_times(profile: dict, top: int) -> list[tuple[str, float]]:
 
 
 def main() -> None:
-    from playwright.sync_api import sync_playwright
     ap = argparse.ArgumentParser()
     ap.add_argument("--traces", nargs="*", default=["h200_8b"])
     ap.add_argument("--sets", nargs="*", default=["pair_04"], choices=list(wb.SETS))
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    traces = [p for p in sorted((wb.ROOT / "traces").glob("*.jsonl.gz"))
-              if p.name.startswith(tuple(args.traces))]
+    traces = wb.traces_named(args.traces)
     rows = []
-    with wb.Lab() as lab, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=wb.CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--no-first-run"])
-        page = browser.new_page(viewport={"width": 1440, "height": 900})
-        cdp = page.context.new_cdp_session(page)
-        cdp.send("Performance.enable")
-        cdp.send("Profiler.enable")
+    with wb.chromium_page(domains=("Performance", "Profiler")) as (page, cdp, lab):
         cdp.send("Profiler.setSamplingInterval", {"interval": 200})
         wb.open_notebook(page, lab)
         for trace in traces:
@@ -71,7 +63,6 @@ def main() -> None:
                     top_self_ms=self_times(prof, args.top))
                 print(json.dumps(r, indent=1), flush=True)
                 rows.append(r)
-        browser.close()
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1) + "\n")
 

@@ -79,7 +79,6 @@ def play_split(page, cdp, trace: Path, names: list[str], css: str = "none",
 
 
 def main() -> None:
-    from playwright.sync_api import sync_playwright
     ap = argparse.ArgumentParser()
     ap.add_argument("--traces", nargs="*", default=["seed_cpu"])
     ap.add_argument("--sets", nargs="*", default=["pair_04", "player_only"],
@@ -91,15 +90,9 @@ def main() -> None:
                     help="kernel-side variants, each played in turn")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    traces = [p for p in sorted((wb.ROOT / "traces").glob("*.jsonl.gz"))
-              if p.name.startswith(tuple(args.traces))]
+    traces = wb.traces_named(args.traces)
     rows = []
-    with wb.Lab() as lab, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=wb.CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--no-first-run"])
-        page = browser.new_page(viewport={"width": 1440, "height": 900})
-        cdp = page.context.new_cdp_session(page)
-        cdp.send("Performance.enable")
+    with wb.chromium_page(domains=("Performance",)) as (page, cdp, lab):
         wb.open_notebook(page, lab)
         for trace in traces:
             for _ in range(args.repeat):
@@ -111,7 +104,6 @@ def main() -> None:
                                      load=round(os.getloadavg()[0], 2))
                             print(json.dumps(r), flush=True)
                             rows.append(r)
-        browser.close()
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1) + "\n")
 

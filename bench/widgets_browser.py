@@ -29,6 +29,7 @@ Numbers are medians/p95 over the steps (step 0, drawn before the page shows it, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -168,6 +169,35 @@ class Lab:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self.log.close()
+
+
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def traces_named(prefixes: list[str] | None) -> list[Path]:
+    """The shipped traces whose names start with one of `prefixes` (all when none)."""
+    return [p for p in sorted((ROOT / "traces").glob("*.jsonl.gz"))
+            if not prefixes or p.name.startswith(tuple(prefixes))]
+
+
+@contextlib.contextmanager
+def chromium_page(width: int = 1440, height: int = 900, domains: tuple[str, ...] = ()):
+    """A JupyterLab (Lab) and a headless Chromium page with a DevTools session: (page, cdp,
+    lab); the DevTools `domains` enabled. The caller opens the notebook (open_notebook) once
+    whatever must watch the page from the start is attached."""
+    from playwright.sync_api import sync_playwright
+
+    with Lab() as lab, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            cdp = page.context.new_cdp_session(page)
+            for d in domains:
+                cdp.send(f"{d}.enable")
+            yield page, cdp, lab
+        finally:
+            browser.close()
 
 
 def open_notebook(page, lab: Lab) -> None:
@@ -338,7 +368,6 @@ def _metric(cdp, name: str) -> float:
 
 
 def main() -> None:
-    from playwright.sync_api import sync_playwright
     from widgets_cpu import code_version
 
     load0 = os.getloadavg()[0]
@@ -353,16 +382,9 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=1440)
     ap.add_argument("--height", type=int, default=900)
     args = ap.parse_args()
-    traces = [p for p in sorted((ROOT / "traces").glob("*.jsonl.gz"))
-              if not args.traces or p.name.startswith(tuple(args.traces))]
+    traces = traces_named(args.traces)
     rows = []
-    with Lab() as lab, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
-        page = browser.new_page(viewport={"width": args.width, "height": args.height})
-        cdp = page.context.new_cdp_session(page)
-        cdp.send("Performance.enable")
+    with chromium_page(args.width, args.height, ("Performance",)) as (page, cdp, lab):
         wire = Wire(page)
         open_notebook(page, lab)
         for trace in traces:
@@ -383,7 +405,6 @@ def main() -> None:
                     row[f"play_{s}"] = {"error": str(e)}
                 print(f"{trace.name:24s} play {s} at 50 ms: {row[f'play_{s}']}", flush=True)
             rows.append(row)
-        browser.close()
     doc = {"command": " ".join(["python", *sys.argv]), "code": code_version(),
            "machine": platform.machine(), "cpus": os.cpu_count(),
            "load_avg_1m_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)],
