@@ -131,5 +131,7 @@ def test_tiny_tags_wrong_tag_ablation_through_the_engine(tmp_path):
                                           is not None and r["wrong_tag_text"][len(
                                               r["wrong_tag"]):].strip() == s.answer)
     assert n_wrong == doc["ablation_n"]["wrong_tag"] > 0
+    # every run's layout reached the hook (a refused one would be unmasked and is counted here)
+    assert doc["refused_runs"] == {"da": 0, "wrong_tag": 0, "hidden_chunk": 0}
     assert doc["wrong_tag_answer_accuracy"] == sum(
         r["wrong_tag_correct"] for r in doc["rows"] if r["wrong_tag"]) / n_wrong

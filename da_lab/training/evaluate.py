@@ -258,8 +258,8 @@ def document(res: dict, command: str) -> dict:
     from datetime import datetime
 
     prov = ("engine", "device", "model", "model_folder", "runner", "async_scheduling")
-    extra = ("ablation_n", "wrong_tag_chance", "task", "answer_rule", "seed", "generator",
-             "wave", "max_tokens", "ablations", "phases_s", "host", "base", "by_kind")
+    extra = ("ablation_n", "refused_runs", "wrong_tag_chance", "task", "answer_rule", "seed",
+             "generator", "wave", "max_tokens", "ablations", "phases_s", "host", "base", "by_kind")
     return {"command": command, **{k: res[k] for k in prov},
             "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "wall_s": res["seconds"], **{k: res[k] for k in KEYS},
