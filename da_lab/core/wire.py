@@ -26,6 +26,9 @@ EXTRA_DIRECTOR = "da_director"  # [[output_index, [token ids]], ...] (wire: tag 
 EXTRA_ID = "da_id"              # the caller's request id (the worker sees an internal one)
 _LAYOUT_KEYS = {"block_size", "head_blocks", "chunk_blocks", "prompt_len", "hidden"}
 _OPTIONAL = {"prompt_len", "hidden"}      # hidden: chunks FOCUS never keeps (the eval's ablation)
+# A wire value past this many characters is refused before it is parsed: a real layout of
+# 4,096 one-block chunks is ~8 kB, and a deeply nested one must not reach json's recursion.
+MAX_WIRE_CHARS = 1 << 20
 
 
 def layout_to_wire(layout: Layout, *, with_prompt_len: bool = True) -> str:
@@ -35,32 +38,43 @@ def layout_to_wire(layout: Layout, *, with_prompt_len: bool = True) -> str:
     return json.dumps(d, separators=(",", ":"))
 
 
+def _short(value, limit: int = 80) -> str:
+    """repr() cut to `limit` characters: an error message quotes what it refuses, not 1 MB."""
+    r = repr(value)
+    return r if len(r) <= limit else r[: limit - 1] + "…"
+
+
 def _json(value, what: str):
     if not isinstance(value, str):
         return value
+    if len(value) > MAX_WIRE_CHARS:
+        raise ValueError(f"{what} is {len(value):,} characters long; the limit is "
+                         f"{MAX_WIRE_CHARS:,}")
     try:
         return json.loads(value)
-    except ValueError as e:
+    except json.JSONDecodeError as e:
         raise ValueError(f"{what} is not valid JSON ({e.msg} at character {e.pos})") from None
+    except RecursionError:     # nesting deeper than json can follow
+        raise ValueError(f"{what}: its JSON is nested too deeply to read") from None
+    except ValueError as e:    # e.g. an integer of more digits than Python converts
+        raise ValueError(f"{what} is not valid JSON ({e})") from None
 
 
 def _int(d: dict, key: str, what: str) -> int:
     v = d[key]
     if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"{what}.{key} must be a whole number, not {v!r}")
+        raise ValueError(f"{what}.{key} must be a whole number, not {_short(v)}")
     return v
 
 
-def parse_layout(value, prompt_len: int | None = None, *,
-                 block_size: int | None = None) -> Layout:
-    """The Layout of `value` (a wire JSON string or Layout.to_dict()), checked against the
-    request's prompt length and the engine's block size where they are known. A layout without
-    "prompt_len" takes `prompt_len`. Raises ValueError naming what is wrong."""
+def layout_fields(value, *, block_size: int | None = None):
+    """(dict, block_size, head_blocks, chunk sizes, hidden) of a wire layout: every check that
+    needs no prompt (the server's HTTP gate runs these before a stream starts)."""
     what = EXTRA_LAYOUT
     d = _json(value, what)
     if not isinstance(d, dict):
         raise ValueError(f"{what} must be a JSON object such as {{\"block_size\": 32, "
-                         f"\"head_blocks\": 1, \"chunk_blocks\": [2, 2]}}, not {d!r}")
+                         f"\"head_blocks\": 1, \"chunk_blocks\": [2, 2]}}, not {_short(d)}")
     unknown = sorted(set(d) - _LAYOUT_KEYS)
     missing = sorted(_LAYOUT_KEYS - set(d) - _OPTIONAL)
     if unknown or missing:
@@ -73,29 +87,39 @@ def parse_layout(value, prompt_len: int | None = None, *,
     chunks = d["chunk_blocks"]
     if not isinstance(chunks, list) or not chunks:
         raise ValueError(f"{what}.chunk_blocks must be a non-empty list of block counts, "
-                         f"not {chunks!r}")
+                         f"not {_short(chunks)}")
     sizes = [_int({"chunk_blocks": c}, "chunk_blocks", what) for c in chunks]
     if block_size is not None and bs != block_size:
         raise ValueError(f"{what}.block_size is {bs} but the engine's KV blocks hold "
                          f"{block_size} tokens: build the prompt for block size {block_size}")
+    hidden = d.get("hidden", [])
+    if not isinstance(hidden, list):
+        raise ValueError(f"{what}.hidden must be a list of chunk numbers, not {_short(hidden)}")
+    hid = tuple(_int({"hidden": c}, "hidden", what) for c in hidden)
+    if head < 1 or bs < 1 or min(sizes) < 1:
+        raise ValueError(f"{what}: block_size, head_blocks and every chunk's block count must "
+                         f"be at least 1 (got {bs}, {head}, {sizes})")
+    return d, bs, head, sizes, hid
+
+
+def parse_layout(value, prompt_len: int | None = None, *,
+                 block_size: int | None = None) -> Layout:
+    """The Layout of `value` (a wire JSON string or Layout.to_dict()), checked against the
+    request's prompt length and the engine's block size where they are known. A layout without
+    "prompt_len" takes `prompt_len`. Raises ValueError naming what is wrong."""
+    what = EXTRA_LAYOUT
+    d, bs, head, sizes, hid = layout_fields(value, block_size=block_size)
     n = _int(d, "prompt_len", what) if "prompt_len" in d else prompt_len
     if n is None:
         raise ValueError(f"{what} has no prompt_len and the prompt's length is not known here")
     if prompt_len is not None and n != prompt_len:
         raise ValueError(f"{what}.prompt_len is {n} but the prompt has {prompt_len} tokens")
-    if head < 1 or bs < 1 or min(sizes) < 1:
-        raise ValueError(f"{what}: block_size, head_blocks and every chunk's block count must "
-                         f"be at least 1 (got {bs}, {head}, {sizes})")
     end = (head + sum(sizes)) * bs
     if end >= n:
         raise ValueError(f"{what}: the chunks end at token {end} (head {head} + chunks "
                          f"{sum(sizes)} blocks of {bs}), but the prompt has only {n} tokens: "
                          "a chunk lies outside the prompt, or no question (scaffold tail) "
                          "follows the last chunk")
-    hidden = d.get("hidden", [])
-    if not isinstance(hidden, list):
-        raise ValueError(f"{what}.hidden must be a list of chunk numbers, not {hidden!r}")
-    hid = tuple(_int({"hidden": c}, "hidden", what) for c in hidden)
     return Layout(bs, head, tuple(sizes), n, hid)    # Layout checks hidden's range
 
 
@@ -112,23 +136,23 @@ def parse_director(value, n_chunks: int) -> list[tuple[int, str | list[int]]]:
     script = _json(value, what)
     if not isinstance(script, list):
         raise ValueError(f"{what} must be a JSON list of [output_index, tag] pairs, "
-                         f"e.g. [[0, \"<focus C2>\"]], not {script!r}")
+                         f"e.g. [[0, \"<focus C2>\"]], not {_short(script)}")
     out = []
     for k, entry in enumerate(script):
         if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int)
                 and not isinstance(entry[0], bool)):
-            raise ValueError(f"{what}[{k}] must be [output_index, tag], not {entry!r}")
+            raise ValueError(f"{what}[{k}] must be [output_index, tag], not {_short(entry)}")
         at, tag = entry
         if at < 0:
             raise ValueError(f"{what}[{k}]: output index {at} is negative")
         if isinstance(tag, str):
             d = parse_tag(tag, n_chunks)
             if not isinstance(d, Directive):
-                raise ValueError(f"{what}[{k}]: {tag!r} is not a DA tag the layout allows: "
+                raise ValueError(f"{what}[{k}]: {_short(tag)} is not a DA tag the layout allows: "
                                  f"{d.detail}")
         elif not (isinstance(tag, list) and tag and all(
                 isinstance(t, int) and not isinstance(t, bool) for t in tag)):
             raise ValueError(f"{what}[{k}]: the tag must be its text or a non-empty list of "
-                             f"token ids, not {tag!r}")
+                             f"token ids, not {_short(tag)}")
         out.append((at, tag))
     return sorted(out, key=lambda e: e[0])

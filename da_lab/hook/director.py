@@ -27,7 +27,7 @@ def normalize(script, tokenizer=None) -> list[tuple[int, list[int]]]:
     if isinstance(script, str):
         try:
             script = json.loads(script)
-        except ValueError:
+        except (ValueError, RecursionError):
             return []
     out = []
     for entry in script or ():
