@@ -16,6 +16,7 @@ On the command line: `da-lab ask --server URL --chunks FILE... --question "..." 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import uuid
 from collections.abc import Callable, Sequence
@@ -52,8 +53,10 @@ def server_root(url: str) -> str:
 
 
 class DAClient:
-    def __init__(self, server: str, model: str | None = None, *, api_key: str = "EMPTY",
+    def __init__(self, server: str, model: str | None = None, *, api_key: str | None = None,
                  timeout: float = 600.0, chat_template: str | None = None) -> None:
+        """`api_key`: the server's --api-key (default: VLLM_API_KEY, the variable the server
+        reads); sent to /v1 and /da/* alike."""
         import httpx
         from openai import OpenAI
 
@@ -63,7 +66,9 @@ class DAClient:
             raise ValueError(f"--server takes the server's URL (http://HOST:PORT, as "
                              f"`da-lab serve` prints it), not {server!r}")
         self.root = server_root(server)
-        self.http = httpx.Client(timeout=timeout)
+        api_key = api_key or os.environ.get("VLLM_API_KEY") or "EMPTY"
+        auth = {"Authorization": f"Bearer {api_key}"} if api_key != "EMPTY" else {}
+        self.http = httpx.Client(timeout=timeout, headers=auth)
         self.openai = OpenAI(base_url=self.root + "/v1", api_key=api_key, timeout=timeout)
         self.model = model or self.openai.models.list().data[0].id
         self.tokenizer = ServerTokenizer(self.root, self.model, self.http, chat_template)
@@ -154,7 +159,7 @@ def cmd_ask(args) -> int:
     try:
         chunks = [Path(f).read_text() for f in args.chunks]
         tags = [_director_arg(t) for t in args.tag]
-        client = DAClient(args.server, args.model)
+        client = DAClient(args.server, args.model, api_key=args.api_key)
         on_text = None if args.json else (lambda t: (sys.stdout.write(t), sys.stdout.flush()))
         reply = client.ask(chunks, args.question, system=args.system, tags=tags,
                            max_tokens=args.max_tokens, on_text=on_text)

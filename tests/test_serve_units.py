@@ -71,31 +71,73 @@ def _params(extra, n=1, max_tokens=16):
     return NS(extra_args=extra, n=n, max_tokens=max_tokens)
 
 
-def test_the_edge_rewrites_the_wire_form_and_leaves_plain_requests_alone():
+def test_the_edge_gives_the_engine_its_form_in_a_copy_and_leaves_plain_requests_alone():
     from da_lab.serve.edge import Edge, EdgeError
 
     edge = Edge(block_size=32, vocab_size=100, disabled=None, tokenizer=_Tok())
     prompt = {"type": "token", "prompt_token_ids": list(range(200))}
     plain = _params(None)
-    edge.check(prompt, plain, "r0")
-    assert plain.extra_args is None
+    assert edge.admit(prompt, plain, "r0") == (plain, None) and plain.extra_args is None
     other = _params({"session_id": "x"})
-    edge.check(prompt, other, "r0")
+    assert edge.admit(prompt, other, "r0") == (other, None)
     assert other.extra_args == {"session_id": "x"}
-    p = _params({"da_layout": layout_to_wire(LAY, with_prompt_len=False),
-                 "da_director": director_to_wire([(1, "<local>")])})
-    edge.check(prompt, p, "cmpl-1-0")
-    assert p.extra_args == {"da_layout": LAY.to_dict(), "da_id": "cmpl-1-0",
-                            "da_director": [[1, _Tok().encode("<local>")]]}
+    wire = {"da_layout": layout_to_wire(LAY, with_prompt_len=False),
+            "da_director": director_to_wire([(1, "<local>")])}
+    p = _params(dict(wire))
+    mine, da_id = edge.admit(prompt, p, "cmpl-1-0")
+    assert p.extra_args == wire                 # the caller's dict is never written
+    assert mine is not p and da_id == "cmpl-1-0"
+    assert mine.extra_args == {"da_layout": LAY.to_dict(), "da_id": "cmpl-1-0",
+                               "da_director": [[1, _Tok().encode("<local>")]]}
     with pytest.raises(EdgeError, match="n=1"):
-        edge.check(prompt, _params({"da_layout": layout_to_wire(LAY)}, n=2), "r")
+        edge.admit(prompt, _params({"da_layout": layout_to_wire(LAY)}, n=2), "r")
     with pytest.raises(EdgeError, match="close before the last"):
-        edge.check(prompt, _params({"da_layout": layout_to_wire(LAY), "da_director":
+        edge.admit(prompt, _params({"da_layout": layout_to_wire(LAY), "da_director":
                                     director_to_wire([(10, "<local>")])}, max_tokens=12), "r")
     off = Edge(block_size=32, vocab_size=100, disabled="sliding window", tokenizer=None)
     with pytest.raises(EdgeError, match="DA is off on this server.*sliding window"):
-        off.check(prompt, _params({"da_layout": layout_to_wire(LAY)}), "r")
+        off.admit(prompt, _params({"da_layout": layout_to_wire(LAY)}), "r")
     assert edge.rejected == {"prompt": 1, "director": 1} and off.rejected == {"disabled": 1}
+
+
+def test_one_running_request_per_da_id_and_a_prompt_list_gets_one_id_per_prompt():
+    """vLLM gives every prompt of a list one shared vllm_xargs dict: each prompt gets its own
+    id and its own layout (its own prompt_len); an id a running request holds is refused and
+    free again once that request's stream is gone, even if it never started."""
+    import asyncio
+    import gc
+
+    from da_lab.serve.edge import Edge, EdgeError
+
+    edge = Edge(block_size=32, vocab_size=100, disabled=None, tokenizer=_Tok())
+    shared = {"da_layout": layout_to_wire(LAY, with_prompt_len=False), "da_id": "mine"}
+    got = [edge.admit({"prompt_token_ids": list(range(n))}, _params(shared), f"c-{k}")
+           for k, n in enumerate((200, 205, 230))]
+    assert [d for _, d in got] == ["mine", "mine-1", "mine-2"]
+    assert [m.extra_args["da_layout"]["prompt_len"] for m, _ in got] == [200, 205, 230]
+    assert "prompt_len" not in shared["da_layout"]
+    with pytest.raises(EdgeError, match="still running") as e:
+        edge.admit({"prompt_token_ids": list(range(200))}, _params(dict(shared)), "c-9")
+    assert "mine" in str(e.value) and edge.rejected == {"id": 1}
+    auto = [edge.admit({"prompt_token_ids": list(range(200))},
+                       _params({"da_layout": layout_to_wire(LAY)}), f"cmpl-x-{k}")[1]
+            for k in range(2)]
+    assert auto == ["cmpl-x-0", "cmpl-x-1"]
+
+    async def engine():
+        yield 1
+        yield 2
+
+    async def consume(gen):
+        return [x async for x in gen]
+
+    held = [edge.ids.hold(d, engine()) for _, d in got]
+    assert asyncio.run(consume(held[0])) == [1, 2]        # a stream that ran to its end
+    del held[1]                                           # a stream never started
+    gc.collect()
+    assert edge.ids.live == {"mine-2", *auto}
+    again, d = edge.admit({"prompt_token_ids": list(range(200))}, _params(dict(shared)), "c-7")
+    assert d == "mine"                 # free again: a new request (a new dict) takes it
 
 
 def test_serve_defaults_leave_what_the_user_set():

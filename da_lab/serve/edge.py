@@ -10,15 +10,18 @@ DA request would run unmasked, or, once streaming, end as an error chunk after a
 
 What it does: checks the layout against the prompt (chunks inside it, a question after them,
 the engine's block size) and the director's tags against the layout and the vocabulary, refuses
-DA on a model the hook refused, then rewrites the wire form into the engine's (a layout dict
-with prompt_len, [[at, [ids]]], a da_id). Requests without DA keys pass untouched.
+DA on a model the hook refused, then gives the engine its own form in a copy of the request's
+SamplingParams (a layout dict with this prompt's prompt_len, [[at, [ids]]], a da_id that no
+running request holds: ids.py). Requests without DA keys pass untouched.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 
 from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT, parse_director, parse_layout
+from da_lab.serve.ids import IdInUse, LiveIds
 
 
 class EdgeError(ValueError):
@@ -44,6 +47,7 @@ class Edge:
         self.disabled = disabled
         self.tokenizer = tokenizer      # the server's own (engine_client.get_tokenizer())
         self.rejected: dict[str, int] = {}     # reason -> count, for /metrics
+        self.ids = LiveIds()
 
     # ---- wiring ----------------------------------------------------------------------------
     def install(self, engine_client) -> None:
@@ -54,27 +58,45 @@ class Edge:
 
         @functools.wraps(orig)
         def generate(*args, **kwargs):
+            args, kwargs = list(args), dict(kwargs)
             prompt = args[0] if args else kwargs.get("prompt")
             params = args[1] if len(args) > 1 else kwargs.get("sampling_params")
             rid = args[2] if len(args) > 2 else kwargs.get("request_id")
-            self.check(prompt, params, rid)
-            return orig(*args, **kwargs)
+            mine, da_id = self.admit(prompt, params, rid)
+            if da_id is None:
+                return orig(*args, **kwargs)
+            if len(args) > 1:
+                args[1] = mine
+            else:
+                kwargs["sampling_params"] = mine
+            return self.ids.hold(da_id, orig(*args, **kwargs))
 
         generate._da_edge = True
         engine_client.generate = generate
 
     # ---- the check ------------------------------------------------------------------------
-    def check(self, prompt, params, request_id) -> None:
+    def admit(self, prompt, params, request_id):
+        """(the SamplingParams to send, the request's da_id), or (params, None) for a request
+        without DA keys. The engine's form goes into a copy: vLLM hands every prompt of a
+        prompt list the same `vllm_xargs` dict, so writing into it would give them all one
+        layout and one id."""
         ex = getattr(params, "extra_args", None)
         if not ex or (EXTRA_LAYOUT not in ex and EXTRA_DIRECTOR not in ex):
-            return
+            return params, None
         try:
-            self._check(ex, prompt, params, request_id)
+            engine = self._check(ex, prompt, params, request_id)
+            try:
+                engine[EXTRA_ID] = self.ids.claim(ex, request_id)
+            except IdInUse as e:
+                raise EdgeError("id", str(e)) from None
         except EdgeError as e:
             self.rejected[e.reason] = self.rejected.get(e.reason, 0) + 1
             raise
+        mine = copy.copy(params)
+        mine.extra_args = engine
+        return mine, engine[EXTRA_ID]
 
-    def _check(self, ex: dict, prompt, params, request_id) -> None:
+    def _check(self, ex: dict, prompt, params, request_id) -> dict:
         if EXTRA_LAYOUT not in ex:
             raise EdgeError("director", f"vllm_xargs.{EXTRA_DIRECTOR} needs a "
                                         f"vllm_xargs.{EXTRA_LAYOUT} (the chunks it names)")
@@ -88,23 +110,24 @@ class Edge:
         if (getattr(params, "n", 1) or 1) > 1:
             raise EdgeError("prompt", "a DA request generates one sequence (n=1): its layout "
                                       "and stats belong to one request")
+        if ex.get(EXTRA_ID) is not None and not isinstance(ex[EXTRA_ID], str | int):
+            raise EdgeError("id", f"vllm_xargs.{EXTRA_ID} must be a string")
         try:
             layout = parse_layout(ex[EXTRA_LAYOUT], len(ids), block_size=self.block_size)
         except ValueError as e:
             raise EdgeError("layout", str(e)) from None
-        script = []
+        engine = dict(ex)
+        # The engine's form: the hook reads the layout dict (with this prompt's length) and
+        # director token ids.
+        engine[EXTRA_LAYOUT] = layout.to_dict()
         if EXTRA_DIRECTOR in ex:
             try:
                 script = self._director(ex[EXTRA_DIRECTOR], layout.n_chunks,
                                         getattr(params, "max_tokens", None))
             except ValueError as e:
                 raise EdgeError("director", str(e)) from None
-        # The engine's form: the hook reads the layout dict (with the prompt's length),
-        # director token ids, and the id the stats are kept under.
-        ex[EXTRA_LAYOUT] = layout.to_dict()
-        if EXTRA_DIRECTOR in ex:
-            ex[EXTRA_DIRECTOR] = [[at, t] for at, t in script]
-        ex[EXTRA_ID] = str(ex.get(EXTRA_ID) or request_id)
+            engine[EXTRA_DIRECTOR] = [[at, t] for at, t in script]
+        return engine
 
     def _director(self, value, n_chunks: int, max_tokens) -> list[tuple[int, list[int]]]:
         from da_lab.engine.validate import check_tags

@@ -25,9 +25,13 @@ plugin contract offers, and works alike for streamed and whole responses and for
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import os
+import secrets
 
 from da_lab.serve.edge import Edge
+from da_lab.serve.gate import Gate
 from da_lab.serve.metrics import DACollector, register
 
 # Under vLLM's logger, so these lines come out with vLLM's own handlers and format.
@@ -57,16 +61,19 @@ class DAEndpoints:
         self.status: dict = {}
         self.edge: Edge | None = None
         self.collector: DACollector | None = None
+        self.key_hashes: list[bytes] = []     # --api-key / VLLM_API_KEY: guards /da/* too
 
     # ---- vLLM's endpoint-plugin contract ---------------------------------------------------
     def attach_router(self, app) -> None:
         app.include_router(self._router())
         app.add_middleware(RefreshOnScrape, plugin=self)
+        app.add_middleware(Gate, plugin=self)
 
     async def init_state(self, engine_client, state, args) -> None:
         if engine_client is None:         # vLLM's CPU-only render server: no engine
             return
         self.engine_client = engine_client
+        self.key_hashes = api_key_hashes(args)
         ranks = await self.rpc("status")      # also switches the workers to serve mode
         self.status = dict(ranks[0], ranks=len(ranks))
         cfg = engine_client.vllm_config
@@ -98,11 +105,28 @@ class DAEndpoints:
         except Exception as e:   # noqa: BLE001 - a scrape shows the last numbers, never fails
             log.warning("da_lab: could not fetch DA counters from the engine: %s", e)
 
+    def authorized(self, header: str | None) -> bool:
+        """vLLM's own rule for its /v1 routes (a bearer token equal to one of the keys),
+        applied to /da/*: they name requests' tags, blocks read and prompt lengths."""
+        if not self.key_hashes:
+            return True
+        scheme, _, token = (header or "").partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        digest = hashlib.sha256(token.encode()).digest()
+        return any(secrets.compare_digest(digest, h) for h in self.key_hashes)
+
     def _router(self):
-        from fastapi import APIRouter
+        from fastapi import APIRouter, Depends, Header, HTTPException
         from fastapi.responses import JSONResponse
 
-        router = APIRouter()
+        # Typed with builtins only: annotations are strings here (from __future__), and
+        # FastAPI resolves them in this module's globals.
+        def guard(authorization: str | None = Header(default=None)) -> None:
+            if not self.authorized(authorization):
+                raise HTTPException(status_code=401, detail="Unauthorized")
+
+        router = APIRouter(dependencies=[Depends(guard)])
 
         @router.get("/da/status")
         async def da_status():
@@ -116,6 +140,9 @@ class DAEndpoints:
         async def da_request(da_id: str, ranks: str = ""):
             per_rank = await self.rpc("request", da_id)
             stats = per_rank[0]
+            broken = [r for r in per_rank if isinstance(r, dict) and set(r) == {"error"}]
+            if broken:                     # the worker method failed: say so, the engine lives
+                return JSONResponse(broken[0], status_code=500)
             if ranks == "all":             # every tensor-parallel rank's own account
                 return JSONResponse({"ranks": per_rank})
             if stats is None:
@@ -125,6 +152,15 @@ class DAEndpoints:
             return JSONResponse(stats)
 
         return router
+
+
+def api_key_hashes(args) -> list[bytes]:
+    """sha256 of each API key the server was started with: `--api-key` (one or several)
+    before VLLM_API_KEY, as vLLM itself decides."""
+    keys = getattr(args, "api_key", None)
+    keys = [keys] if isinstance(keys, str) else list(keys or [])
+    keys = [k for k in keys or [os.environ.get("VLLM_API_KEY")] if k]
+    return [hashlib.sha256(k.encode()).digest() for k in keys]
 
 
 def _tokenizer(engine_client):

@@ -124,7 +124,24 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = READY_TIMEOUT_
     return False
 
 
+def address_problem(host: str, port: int) -> str | None:
+    """Why vLLM could not listen on host:port (None: it can), found before it starts."""
+    if not 0 <= port <= 65535:
+        return f"--port {port}: a port is 0..65535 (0: any free one)"
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.bind((host, 0))
+    except (OSError, UnicodeError) as e:      # gaierror is an OSError
+        why = getattr(e, "strerror", None) or str(e)
+        return f"--host {host}: this machine can't listen there ({why})"
+    return None
+
+
 def cmd_serve(args, rest: list[str]) -> int:
+    problem = address_problem(args.host, args.port)
+    if problem:
+        print(f"da-lab: {problem}", file=sys.stderr)
+        return 2
     if args.port == 0:
         args.port = free_port(args.host)
     elif port_taken(args.host, args.port):
