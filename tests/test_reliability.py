@@ -101,3 +101,37 @@ def test_leak_per_request_state_returns_to_zero(lab):
         assert not lab.request_state("again").ever_masked
     finally:
         lab.keep_finished = lab.tracker.keep_finished = lab.tracker.keep_warnings = 256
+
+
+def test_a_preemption_right_after_a_tags_close_is_flagged(lab):
+    """The `>` of `<focus C3>` is sampled, the tag machine has not read it yet (the request was
+    never masked), and vLLM preempts the request: its recompute reads every block (a prefill
+    keeps the blocks its query touches) where an uninterrupted run read FOCUS's, so the
+    tokens differ from output 9 on. That must be flagged, as any recompute after a trapped
+    tag is; a preempted request whose directive hides nothing is not flagged and equals its
+    uninterrupted run."""
+    seed = lab.seed_prompt()
+    tag = "<focus C3>"
+    n_tag = len(lab.encode(tag))
+
+    def run(tags, preempt_after: int | None):
+        lab.llm.reset_prefix_cache()
+        rid = lab.add_request(seed, tags=tags, max_tokens=24)
+        while preempt_after is not None and len(lab.requests[rid]["token_ids"]) < preempt_after:
+            lab.step()
+        if preempt_after is not None:
+            st = lab.request_state(rid)
+            assert not st.ever_masked and (not tags or st.stream.buffer == tag[:-1])
+            lab.llm.reset_prefix_cache(reset_running_requests=True)
+        lab.run()
+        return lab.requests[rid]["token_ids"], lab.result(rid)
+
+    whole, res = run([(4, tag)], None)
+    assert not res["recomputed_under_mask"]
+    cut, res = run([(4, tag)], 4 + n_tag)
+    assert cut != whole, "the preemption did not change the tokens: the case was not exercised"
+    assert res["recomputed_under_mask"], res["flags"]
+    assert res["flags"][0]["kind"] == "recompute_under_mask"
+    plain_whole, _ = run([], None)
+    plain_cut, res = run([], 4 + n_tag)
+    assert plain_cut == plain_whole and not res["recomputed_under_mask"]

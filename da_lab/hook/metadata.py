@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from da_lab.core.record import Metadata
-from da_lab.hook import context
+from da_lab.hook import context, faults
 from da_lab.hook.context import HookStep
 from da_lab.hook.errors import DAUnsupported
 from da_lab.hook.state import TRACKER, Decision
@@ -108,6 +108,15 @@ def after_sampling(sampled: torch.Tensor, d: Decision | None) -> None:
        step (a race here once gave the two ranks of a TP=2 engine different masks)."""
     if d is None:
         return
+    try:
+        _after_sampling(sampled, d)
+    except Exception as e:   # noqa: BLE001 - only the step's DA requests pay
+        TRACKER.hook_error("after sampling", e, d.reqs)
+
+
+def _after_sampling(sampled: torch.Tensor, d: Decision) -> None:
+    if d.log is not None:
+        faults.check("sampling", (r.req for r in d.log.requests))
     if d.forced:
         rows = torch.tensor([r for r, _ in d.forced], dtype=torch.long)
         toks = torch.tensor([t for _, t in d.forced], dtype=sampled.dtype)
@@ -200,16 +209,25 @@ def patch_builder_class(cls) -> None:
         ctx = context.current()
         d = ctx.decision
         t0 = time.perf_counter()
-        if d is not None and d.masks:
-            if common_prefix_len:
-                raise DAUnsupported("cascade attention (a shared prefix across the batch) "
-                                    "cannot be combined with DA masks; start the engine with "
-                                    "disable_cascade_attn=True")
-            common_attn_metadata = apply(common_attn_metadata, d)
-        if ctx.log is not None:
-            note_built(common_attn_metadata, ctx.log)
-            TRACKER.timing["apply_s"] += time.perf_counter() - t0
-        return orig(self, common_prefix_len, common_attn_metadata, *args, **kwargs)
+        cm = common_attn_metadata
+        try:
+            if ctx.log is not None:
+                faults.check("build", (r.req for r in ctx.log.requests))
+            if d is not None and d.masks:
+                if common_prefix_len:
+                    raise DAUnsupported("cascade attention (a shared prefix across the batch) "
+                                        "cannot be combined with DA masks; start the engine "
+                                        "with disable_cascade_attn=True")
+                cm = apply(common_attn_metadata, d)
+            if ctx.log is not None:
+                note_built(cm, ctx.log)
+                TRACKER.timing["apply_s"] += time.perf_counter() - t0
+        except Exception as e:   # noqa: BLE001 - the step runs unmasked; the engine lives
+            TRACKER.hook_error("the metadata edit", e, d.reqs if d is not None else None)
+            restore_after_forward()
+            ctx.decision = ctx.log = None
+            cm = common_attn_metadata
+        return orig(self, common_prefix_len, cm, *args, **kwargs)
 
     build._da_wrapped = True
     cls.build = build

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 
-from da_lab.hook import metadata
+from da_lab.hook import faults, metadata
 from da_lab.hook.counters import Counters, request_stats
 from da_lab.hook.errors import DAUnsupported
 from da_lab.hook.state import TRACKER
@@ -65,6 +65,14 @@ class Service:
 
     # ---- after every model step ----------------------------------------------------------
     def after_step(self, scheduler_output, runner=None) -> None:
+        """Never raises: whatever goes wrong here is a warning event, and the engine steps on
+        (a failure here once ended every request of a server)."""
+        try:
+            self._after_step(scheduler_output, runner)
+        except Exception as e:   # noqa: BLE001 - the engine must outlive a bug in the hook
+            TRACKER.hook_error("after_step", e)
+
+    def _after_step(self, scheduler_output, runner) -> None:
         t = TRACKER
         finished = getattr(scheduler_output, "finished_req_ids", None) or ()
         if not (t.requests or t.steps or self._states or t.refused or t.pending_outputs):
@@ -76,10 +84,14 @@ class Service:
             self.counters.add_step(log)
         if self.trace_path and logs:
             self._trace(logs, runner)
-        for rid in ending:
-            t.end(t.requests[rid].da_id)
-        for rid in [r for r in finished if r in t.refused]:
-            t.end(t.refused[rid])
+        for rid in finished:          # by vLLM's request id: two requests may share a da_id
+            try:
+                if rid in t.requests:
+                    faults.check("after_step", (t.requests[rid].da_id,))
+                t.end_request(rid)
+            except Exception as e:   # noqa: BLE001 - only this request's account pays
+                t.hook_error("ending a request", e, [rid])
+                t.end_request(rid)
         live = t.requests
         self.counters.requests += sum(1 for r in live if r not in self._states)
         for rid, st in self._states.items():
@@ -117,6 +129,7 @@ class Service:
             self.start()
             return self.status()
         if op == "request":
+            faults.check("rpc", (args[0],))
             return self.request(str(args[0]))
         if op == "state":
             return self.state()
@@ -166,7 +179,11 @@ def install() -> None:
     if not hasattr(WorkerBase, "da_lab_rpc"):
         def da_lab_rpc(worker, op: str, *args):
             SERVICE.rank = getattr(worker, "rank", 0) or 0
-            return SERVICE.rpc(op, *args)
+            try:
+                return SERVICE.rpc(op, *args)
+            except Exception as e:   # noqa: BLE001 - an answer, never a failed engine call
+                TRACKER.hook_error(f"da_lab_rpc({op})", e)
+                return {"error": f"da_lab_rpc({op}): {type(e).__name__}: {e}"}
 
         WorkerBase.da_lab_rpc = da_lab_rpc
     if serving_env():

@@ -1,4 +1,4 @@
-"""Per-request DA state and the per-step rewrite, independent of vLLM's classes.
+"""All DA requests of a worker and the per-step rewrite, independent of vLLM's classes.
 
 The adapters in `v1.py` hand this module plain arrays (request ids, output token lists, the
 staged block-table rows, seq_lens); it returns the rows and seq_lens the kernel should read.
@@ -7,92 +7,21 @@ Keeping vLLM out of here keeps the bookkeeping testable and the version differen
 
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from da_lab.core.layout import Layout
 from da_lab.core.mask import kept_blocks
 from da_lab.core.record import RequestStep
 from da_lab.core.tags import Event, TagStream
 from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT, parse_layout
-from da_lab.hook import director
+from da_lab.hook import director, faults
 from da_lab.hook.context import HookStep
 from da_lab.hook.errors import DAUnsupported
+from da_lab.hook.request import Decision, RequestState
 
-
-@dataclass
-class Decision:
-    """What the hook does to one step: rows to compact (batch row, kept logical blocks), their
-    shortened seq_lens, and tokens the director forces into rows' samples."""
-    rows: list[int]
-    kepts: list[np.ndarray]
-    new_seq: np.ndarray | None          # full seq_lens array with masked rows shortened
-    forced: list[tuple[int, int]]       # (batch row, token id)
-    sampling: list[tuple[str, int]] = field(default_factory=list)  # DA rows sampling: (req, row)
-    step: int = -1
-    log: HookStep | None = None         # the step's records, completed by the builder wrapper
-
-    @property
-    def masks(self) -> bool:
-        return bool(self.rows)
-
-
-@dataclass
-class RequestState:
-    req_id: str
-    da_id: str
-    layout: Layout
-    stream: TagStream
-    decoder: object                   # tokenizers.decoders.DecodeStream
-    n_seen: int = 0                   # output tokens already fed to the stream
-    text: str = ""                    # decoded response so far
-    last_seq_len: int = 0
-    ever_masked: bool = False
-    events: list[dict] = field(default_factory=list)
-    # One entry per step: (first query position, seq_len, kept logical blocks or None = all).
-    mask_history: list[tuple[int, int, np.ndarray | None]] = field(default_factory=list)
-    _kept_key: tuple = (None, -1, -1)
-    _kept: np.ndarray | None = None
-    _dir_dict: tuple = (None, None)
-    script: list = field(default_factory=list)     # director: [(output index, [token ids])]
-    captured: list[int] = field(default_factory=list)  # V2 runner: sampled tokens, hook-owned
-    undecodable: int = 0
-    # Set when vLLM recomputed this request (preemption) while it was masked: its later
-    # tokens may differ from an uninterrupted run, and the user must be told (Lab, CLI, server).
-    recomputed_under_mask: bool = False
-
-    @property
-    def prompt_len(self) -> int:
-        return self.layout.prompt_len
-
-    def forced_token(self, out_index: int, live: list | None) -> int | None:
-        """The director's token at output index `out_index` (request script, then the live
-        script the Lab steers with)."""
-        t = director.token_at(self.script, out_index) if self.script else None
-        if t is None and live:
-            t = director.token_at(live, out_index)
-        return t
-
-    def kept(self, seq_len: int, query_len: int) -> np.ndarray:
-        # The decision only changes with the directive (a new object per trapped tag), the
-        # block count or the first query block, so most decode steps reuse the last answer.
-        bs = self.layout.block_size
-        d, nb, qb = self.stream.directive, -(-seq_len // bs), (seq_len - query_len) // bs
-        kd, knb, kqb = self._kept_key
-        if d is not kd or nb != knb or qb != kqb:
-            self._kept_key = (d, nb, qb)
-            self._kept = kept_blocks(d, self.layout, seq_len, query_len)
-            # Shared by the decision, the mask history and step records: never written.
-            self._kept.flags.writeable = False
-        return self._kept
-
-    def directive_dict(self) -> dict:
-        d = self.stream.directive
-        if self._dir_dict[0] is not d:
-            self._dir_dict = (d, d.to_dict())
-        return self._dir_dict[1]
+log = logging.getLogger("vllm.da_lab")
 
 
 class Tracker:
@@ -203,6 +132,21 @@ class Tracker:
                     "detail": f"DA off for this request, it runs as plain attention: "
                               f"{type(err).__name__}: {err}"})
 
+    def hook_error(self, where: str, err: Exception, req_ids=None) -> None:
+        """A bug or an unforeseen state in the hook's per-step work (`where`): the requests it
+        touched (`req_ids`; None: every DA request, when the step's work can't be pinned on
+        one) run as plain attention from now on, a `hook_error` warning says why, and the
+        engine steps on. Never raises."""
+        rids = list(self.requests) if req_ids is None else [r for r in req_ids
+                                                             if r in self.requests]
+        detail = f"{where}: {type(err).__name__}: {err}"
+        log.warning("da_lab: the DA hook failed in %s; DA is off for %d request(s), which run "
+                    "as plain attention", detail, len(rids))
+        self._warn({"kind": "hook_error", "req": None, "step": self.step_index, "text": "",
+                    "detail": detail})
+        for rid in rids:
+            self.refuse(rid, self.requests[rid].da_id, err)
+
     def drop_missing(self, live: set[str] | dict) -> None:
         """Forget requests the runner no longer holds (finished or aborted)."""
         for rid in [r for r in self.refused if r not in live]:
@@ -218,6 +162,16 @@ class Tracker:
             self._end(rid)
         for rid in [r for r, d in self.refused.items() if d == da_id]:
             del self.refused[rid]
+
+    def end_request(self, req_id: str) -> None:
+        """vLLM finished or aborted the engine request `req_id` (one prompt of one client: ids
+        the caller chose may repeat, vLLM's own may not)."""
+        if req_id in self.requests:
+            da_id = self.requests[req_id].da_id
+            self._end(req_id)
+            if not any(st.da_id == da_id for st in self.requests.values()):
+                self.end_script(da_id)
+        self.refused.pop(req_id, None)
 
     def _end(self, rid: str) -> None:
         st = self.requests.pop(rid)
@@ -293,6 +247,7 @@ class Tracker:
         record = []
         forced: list[tuple[int, int]] = []
         sampling: list[tuple[str, int]] = []
+        reqs: list[str] = []
         self._detok = 0.0
         for i, rid in enumerate(req_ids):
             st = self.track(rid, extra[i]) if extra[i] is not None else self.requests.get(rid)
@@ -315,6 +270,7 @@ class Tracker:
             if tok is not None:
                 forced.append((i, tok))
             record.append(rec)
+            reqs.append(rid)
         elapsed = time.perf_counter() - t0
         if not record:
             return None
@@ -323,23 +279,23 @@ class Tracker:
         self.timing["requests"] += len(record)
         log = HookStep(self.step_index, round(elapsed * 1e6, 1), record)
         self.steps.append(log)
-        return Decision(rows, kepts, new_seq, forced, sampling, self.step_index, log)
+        return Decision(rows, kepts, new_seq, forced, sampling, self.step_index, log, reqs)
 
     def _request_step(self, st: RequestState, i: int, output_ids: list[int] | None,
                       seq_len: int, q: int, staged) -> tuple[RequestStep, np.ndarray, int | None]:
         """One request's part of a step: (its record, kept blocks, director token or None)."""
+        faults.check("decide", (st.da_id,))
         bs = st.layout.block_size
         n_events = len(st.events)
         if output_ids is not None:
             t1 = time.perf_counter()
             self.feed(st, output_ids)
             self._detok += time.perf_counter() - t1
-        if st.ever_masked and q > 1 and seq_len - q < st.last_seq_len:
-            self._event(st, {"kind": "recompute_under_mask", "text": "",
-                             "detail": "the request is being recomputed (preempted?); its "
-                                       "KV is rebuilt under the current mask, not the "
-                                       "mask history, so its tokens may differ"})
+        # Positions computed before are computed again: vLLM preempted the request and
+        # recomputes it (in one prefill or in chunks, past whatever prefix stayed cached).
+        recompute = seq_len - q < st.max_seq_len
         st.last_seq_len = seq_len
+        st.max_seq_len = max(st.max_seq_len, seq_len)
         # This step samples output index seq_len - prompt_len once the prompt is done.
         out_index = seq_len - st.prompt_len
         tok = (st.forced_token(out_index, self.scripts.get(st.da_id)) if out_index >= 0
@@ -347,6 +303,18 @@ class Tracker:
         kept = st.kept(seq_len, q)
         n_blocks = -(-seq_len // bs)
         masked = len(kept) < n_blocks
+        # The recompute equals the first run only if no step of either hid a block. Its last
+        # positions are new ones, which an uninterrupted run would have computed under the
+        # directive; a recompute keeps every block its query touches, so a tag trapped but
+        # not applied yet (its `>` sampled just before the preemption) counts, not just history.
+        if recompute and not st.recomputing and (
+                st.ever_masked or len(kept_blocks(st.stream.directive, st.layout, seq_len, 1))
+                < n_blocks):
+            self._event(st, {"kind": "recompute_under_mask", "text": "",
+                             "detail": "the request is being recomputed (preempted?); its "
+                                       "KV is rebuilt under the current mask, not the "
+                                       "mask history, so its tokens may differ"})
+        st.recomputing = recompute
         # The kept array is shared with the decision cache (never mutated), so this is free.
         st.mask_history.append((seq_len - q, seq_len, kept if masked else None))
         if masked:

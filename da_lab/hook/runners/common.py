@@ -66,9 +66,13 @@ def note_runner(runner, attn_groups) -> None:
 def begin_step(decide, *args):
     """A model-runner step with real requests starts: advance the hook's step, decide, and make
     the decision this thread's step context for the builder and sampler wrappers."""
-    metadata.drain()
     TRACKER.begin_step()
-    d = decide(*args)
+    try:
+        metadata.drain()
+        d = decide(*args)
+    except Exception as e:   # noqa: BLE001 - a hook bug turns DA off, never the engine
+        TRACKER.hook_error("the step's decision", e)
+        d = None
     context.current().begin(d, d.log if d is not None else None)
     return d
 

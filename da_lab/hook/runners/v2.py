@@ -53,19 +53,26 @@ def _decide(runner, ib):
     return TRACKER.rewrite(req_ids, outputs, [None] * n, staged, seq, q)
 
 
+def _track_new(new_reqs) -> None:
+    for new in new_reqs:
+        sp = new.sampling_params
+        ex = sp.extra_args if sp is not None else None
+        if ex and EXTRA_LAYOUT in ex:
+            st = TRACKER.track(new.req_id, ex)
+            # A request resumed after preemption comes back with its outputs so far.
+            prefill = new.prefill_token_ids or ()
+            if st is not None and not st.captured and len(prefill) > len(new.prompt_token_ids):
+                st.captured.extend(prefill[len(new.prompt_token_ids):])
+
+
 def _wrap_add_requests(orig):
     @functools.wraps(orig)
     def add_requests(self, scheduler_output):
-        for new in scheduler_output.scheduled_new_reqs:
-            sp = new.sampling_params
-            ex = sp.extra_args if sp is not None else None
-            if ex and EXTRA_LAYOUT in ex:
-                st = TRACKER.track(new.req_id, ex)
-                # A request resumed after preemption comes back with its outputs so far.
-                prefill = new.prefill_token_ids or ()
-                if st is not None and not st.captured and len(prefill) > len(
-                        new.prompt_token_ids):
-                    st.captured.extend(prefill[len(new.prompt_token_ids):])
+        try:
+            _track_new(scheduler_output.scheduled_new_reqs)
+        except Exception as e:   # noqa: BLE001 - DA off for them, never the engine
+            TRACKER.hook_error("add_requests", e,
+                               [n.req_id for n in scheduler_output.scheduled_new_reqs])
         return orig(self, scheduler_output)
     return add_requests
 
@@ -95,11 +102,15 @@ def _wrap_append_block_ids(orig):
         # numpy rows, replaced (never written) when blocks are added: the hook slices them
         # without a Python list -> array conversion per request per step.
         rows = self.__dict__.setdefault("_da_rows", {})
-        ids = np.asarray(new_block_ids[0], dtype=np.int32)
-        if overwrite or req_index not in rows:
-            rows[req_index] = ids
-        else:
-            rows[req_index] = np.concatenate((rows[req_index], ids))
+        try:
+            ids = np.asarray(new_block_ids[0], dtype=np.int32)
+            if overwrite or req_index not in rows:
+                rows[req_index] = ids
+            else:
+                rows[req_index] = np.concatenate((rows[req_index], ids))
+        except Exception as e:   # noqa: BLE001 - records lose this row, the engine goes on
+            rows.pop(req_index, None)
+            TRACKER.hook_error("append_block_ids (the row mirror)", e, [])
         return orig(self, req_index, new_block_ids, overwrite)
     return append_block_ids
 
