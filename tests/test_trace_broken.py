@@ -171,6 +171,12 @@ BAD_CONTENT = [
     (lambda r: r["metadata"].update(seq_lens=7), "metadata.seq_lens is not a list of ints"),
     (lambda r: r.update(kv=[]), "step 4: kv is list, not dict"),
     (lambda r: r.update(wall_s="fast"), "step 4: wall_s is str"),
+    # each was an OverflowError / AttributeError out of load, replay or export
+    (lambda r: r["requests"][0].update(staged_row=[10 ** 30]),
+     "requests[0].staged_row holds an int outside int32's range"),
+    (lambda r: r["requests"][0].update(events=[1, "two"]),
+     "requests[0].events[0] is int, not an object"),
+    (lambda r: r.update(warnings=[{"kind": 3}]), "step 4: warnings[0].kind is not a string"),
 ]
 
 
@@ -193,6 +199,35 @@ def test_replay_of_malformed_traces_says_one_line(tmp_path):
         err = p.stderr.strip()
         assert p.returncode == 2 and "\n" not in err and needle in err, p.stderr
         assert err.startswith(f"da-lab: {path}") and "Traceback" not in p.stderr
+
+
+def test_bad_provenance_and_files_that_are_not_files_are_one_line_in_every_command(tmp_path):
+    """A header field the diagrams compute with, and a FIFO (open() would wait forever for a
+    writer): one `da-lab` line from load, replay and export, within seconds."""
+    lines = gzip.decompress((ROOT / "traces" / "seed_cpu.jsonl.gz").read_bytes()).splitlines()
+    header = json.loads(lines[0])
+    header["provenance"]["block_size"] = "x"
+    bad_bs = tmp_path / "bs.jsonl.gz"
+    bad_bs.write_bytes(gzip.compress(b"\n".join([json.dumps(header).encode(), *lines[1:]])))
+    fifo = tmp_path / "fifo.jsonl.gz"
+    os.mkfifo(fifo)
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    for path, needle in ((bad_bs, "header.provenance.block_size is 'x', not an int >= 1"),
+                         (fifo, "is a FIFO, not a trace file")):
+        raises(path, needle)
+        for cmd in (["replay", str(path)], ["export", str(path), "--out", str(tmp_path / "o")]):
+            p = subprocess.run([sys.executable, "-m", "da_lab.cli", *cmd], env=env,
+                               capture_output=True, text=True, timeout=120)
+            err = p.stderr.strip().splitlines()
+            assert p.returncode == 2 and needle in err[-1] and "Traceback" not in p.stderr, \
+                (cmd, p.stderr)
+    from da_lab.engine.cache import fingerprint
+    from da_lab.trace.tail import TraceTail
+
+    with pytest.raises(Exception, match="is a FIFO"):
+        TraceTail(fifo).read()
+    assert len(fingerprint(tmp_path)) == 64          # skips the FIFO instead of blocking
 
 
 # ---------------------------------------------------------------------------------------------

@@ -71,7 +71,11 @@ def _array(d: dict, key: str, dtype, step: Any, ctx: str = "") -> np.ndarray | N
     if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool)
                                           for x in v):
         raise RecordError(f"{_where(step, ctx + key)} is not a list of ints")
-    return np.asarray(v, dtype=dtype)
+    try:
+        return np.asarray(v, dtype=dtype)
+    except OverflowError:
+        raise RecordError(f"{_where(step, ctx + key)} holds an int outside "
+                          f"{np.dtype(dtype).name}'s range") from None
 
 
 def _list(a) -> list | None:
@@ -280,7 +284,7 @@ def _hook_fields(r: RequestStep, d: dict, step: Any, c: str, schema: int) -> Non
     r.tag_buffer = _typed(d, "tag_buffer", (str,), step, c)
     r.n_output_seen = _int(d, "n_output_seen", step, c, 0)
     r.tokens_unseen = _int(d, "tokens_unseen", step, c, 0)
-    r.events = _typed(d, "events", (list,), step, c, None) or []
+    r.events = _dicts(d, "events", step, c)
     r.staged_row = _array(d, "staged_row", ROW_DTYPE, step, c)
     kept = _array(d, "kept_logical", LOGICAL_DTYPE, step, c)
     total = r.blocks_total
@@ -356,12 +360,15 @@ class StepRecord:
         return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self))
 
 
-def _dicts(d: dict, key: str, step: Any) -> list[dict]:
-    v = _typed(d, key, (list,), step, "", None) or []
+def _dicts(d: dict, key: str, step: Any, ctx: str = "") -> list[dict]:
+    """A list of objects (events, warnings, added requests), each checked to be one."""
+    v = _typed(d, key, (list,), step, ctx, None) or []
     for i, x in enumerate(v):
         if not isinstance(x, dict):
-            raise RecordError(f"{_where(step, f'{key}[{i}]')} is {type(x).__name__}, "
+            raise RecordError(f"{_where(step, f'{ctx}{key}[{i}]')} is {type(x).__name__}, "
                               "not an object")
         if key == "added":
             _typed(x, "req", (str,), step, f"added[{i}].")
+        elif not isinstance(x.get("kind", ""), str):
+            raise RecordError(f"{_where(step, f'{ctx}{key}[{i}].kind')} is not a string")
     return v

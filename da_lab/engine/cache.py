@@ -20,7 +20,9 @@ def lab_home() -> Path:
 def fingerprint(folder: Path) -> str:
     """sha256 over the checkpoint's files: equal fingerprints mean byte-identical builds."""
     h = hashlib.sha256()
-    for name in sorted(p.name for p in folder.iterdir() if p.name != "FINGERPRINT"):
+    # Regular files only: reading a FIFO or a device someone left in the folder would block.
+    for name in sorted(p.name for p in folder.iterdir() if p.name != "FINGERPRINT"
+                       and p.is_file()):
         h.update(name.encode())
         h.update((folder / name).read_bytes())
     return h.hexdigest()

@@ -54,6 +54,24 @@ def _format_of(path: Path) -> str:
     raise TraceError(f"{path}: unknown trace format, use .jsonl.gz or .parquet")
 
 
+def check_regular(p: Path) -> None:
+    """Refuse what is not a regular file before opening it: open() on a FIFO blocks until
+    something writes to it, and a device file is not a trace."""
+    import stat
+
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        raise TraceError(f"{p}: no such file") from None
+    except OSError as e:
+        raise TraceError(f"{p}: cannot open ({_oneline(e)})") from None
+    if stat.S_ISDIR(mode):
+        raise TraceError(f"{p}: is a directory, not a trace file")
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise TraceError(f"{p}: is {kind}, not a trace file")
+
+
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)  # JSON true is not a step number
 
@@ -70,6 +88,15 @@ def _check_header(where: str, header: Any, origin: str = "header") -> dict:
         raise TraceError(f"{where}: header has an invalid schema {schema!r} (expected an int >= 1)")
     if schema > SCHEMA:
         raise TraceError(f"{where}: schema {schema} is newer than this da_lab reads ({SCHEMA})")
+    prov = header.get("provenance")
+    if prov is not None and not isinstance(prov, dict):
+        raise TraceError(f"{where}: header.provenance is a JSON {type(prov).__name__}, "
+                         "not an object")
+    for key, least in (("block_size", 1), ("num_blocks", 0)):
+        v = (prov or {}).get(key)
+        if v is not None and not (_is_int(v) and v >= least):
+            raise TraceError(f"{where}: header.provenance.{key} is {v!r:.40}, not an int "
+                             f">= {least}")
     return header
 
 

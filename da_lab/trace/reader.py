@@ -21,6 +21,7 @@ from da_lab.trace.format import (
     _oneline,
     _plural,
     _pyarrow,
+    check_regular,
 )
 
 __all__ = ["Trace", "apply_kv_changes", "load"]
@@ -135,6 +136,7 @@ def load(path) -> Trace:
     """Read a trace; any problem with the file is a TraceError naming the file and the cause."""
     p = Path(path)
     fmt = _format_of(p)
+    check_regular(p)
     try:
         fh = open(p, "rb")
     except FileNotFoundError:

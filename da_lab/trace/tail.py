@@ -16,7 +16,13 @@ import zlib
 from pathlib import Path
 
 from da_lab.core.record import StepRecord
-from da_lab.trace.format import TraceError, _check_header, _check_record, _format_of
+from da_lab.trace.format import (
+    TraceError,
+    _check_header,
+    _check_record,
+    _format_of,
+    check_regular,
+)
 
 
 class TraceTail:
@@ -33,6 +39,7 @@ class TraceTail:
         """The records appended since the last read (none if the file does not exist yet)."""
         if self.ended or not self.path.exists():
             return []
+        check_regular(self.path)
         lines, ended = self._lines()
         out = []
         for n, raw in enumerate(lines):
