@@ -80,9 +80,11 @@ def _bad_live_args(args, record_to: str | None) -> str | None:
             _format_of(Path(record_to))
         except TraceError as e:
             return f"--out: {e}"
-        parent = os.path.dirname(os.path.abspath(record_to))
-        if not os.path.isdir(parent):
-            return f"--out: folder {parent} does not exist"
+        from da_lab.outputs import file_problem
+
+        problem = file_problem(record_to)
+        if problem:
+            return f"--out: {problem}"
     return None
 
 
@@ -121,7 +123,7 @@ def _live(args, record_to: str | None = None) -> int:
             lab.record(record_to)
         records = lab.run()
         doc = _doc(lab.provenance(), demo_rows(records, rid), demo_flags(records, rid))
-    except ValueError as e:
+    except (ValueError, OSError) as e:     # OSError: the trace's disk filled, say
         print(f"da-lab: {e}", file=sys.stderr)
         return 2
     finally:
@@ -171,6 +173,12 @@ def cmd_export(args) -> int:
     """Headless export of the four diagrams and the blocks-read chart (kaleido + Chromium)."""
     from da_lab_widgets.export import main_export
 
+    from da_lab.outputs import folder_problem
+
+    problem = folder_problem(args.out)
+    if problem:
+        print(f"da-lab export: --out: {problem}", file=sys.stderr)
+        return 2
     argv = [args.trace, "--out", args.out]
     argv += ["--step", str(args.step)] if args.step is not None else []
     argv += ["--steps", args.steps] if args.steps is not None else []
@@ -181,8 +189,12 @@ def _eval_args(args) -> tuple[dict, str | None]:
     """The eval's generator options, or what is wrong with the arguments (before any engine)."""
     from da_lab.training.eval_base import parse_range
 
-    if args.out and os.path.isdir(args.out):
-        return {}, f"--out {args.out} is a folder; give a file name"
+    if args.out:
+        from da_lab.outputs import file_problem
+
+        problem = file_problem(args.out, make_parent=True)
+        if problem:
+            return {}, f"--out {problem}"
     for opt, v in (("--n", args.n), ("--wave", args.wave), ("--max-tokens", args.max_tokens)):
         if v is not None and v < 1:
             return {}, f"{opt} must be at least 1, not {v}"
@@ -269,6 +281,7 @@ def _add_serving(sub) -> None:
     a.add_argument("--tag", action="append", default=[], metavar="AT:TAG",
                    help="the director writes TAG at output index AT (repeatable)")
     a.add_argument("--model", help="served model name (default: the server's first)")
+    a.add_argument("--api-key", help="the server's --api-key (default: $VLLM_API_KEY)")
     a.set_defaults(fn=cmd_ask)
 
 

@@ -24,7 +24,7 @@ def cli(*args, timeout=300):
 def one_line_error(out, *needles):
     assert out.returncode not in (0, None), out
     assert "Traceback" not in out.stderr, out.stderr[-2000:]
-    lines = [x for x in out.stderr.splitlines() if x.startswith("da-lab:")]
+    lines = [x for x in out.stderr.splitlines() if x.startswith(("da-lab:", "da-lab export:"))]
     assert len(lines) == 1, out.stderr[-2000:]
     for n in needles:
         assert n in lines[0], lines[0]
@@ -47,6 +47,9 @@ def trace(path, n_steps=3):
     (["record", "--out", "x.txt"], "--out"),
     (["record", "--out", "t.jsonl.gz", "--chunk-blocks", "0"], "--chunk-blocks"),
     (["demo", "--max-model-len", "0"], "--max-model-len"),
+    # each was a traceback (record's after a 48 s engine start)
+    (["record", "--out", "/proc/x.jsonl.gz"], "can't write in /proc"),
+    (["record", "--out", "/no/such/folder/t.jsonl.gz"], "does not exist"),
 ])
 def test_cli_messages_bad_live_arguments_fail_before_the_engine(args, needle, tmp_path):
     out = cli(*args)
@@ -97,6 +100,26 @@ def test_cli_messages_ask_without_a_server(server, needle, tmp_path):
     chunk.write_text("The value of key 7 is 41.")
     one_line_error(cli("ask", "--server", server, "--chunks", str(chunk), "--question", "x?",
                        timeout=120), needle)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["serve", "--port", "-1"], "a port is 0..65535"),
+    (["serve", "--port", "70000"], "a port is 0..65535"),
+    (["serve", "--host", "999.1.1.1"], "can't listen there"),
+    (["serve", "--host", "no such host"], "can't listen there"),
+    (["export", "traces/seed_cpu.jsonl.gz", "--out", "/proc/x"], "can't create folder /proc/x"),
+    (["export", "traces/seed_cpu.jsonl.gz", "--out", "README.md"], "is not a folder"),
+    (["bench", "--plot", "/no/such.json"], "No such file"),
+    (["bench", "--plot", "pyproject.toml"], "not JSON"),
+])
+def test_cli_messages_bad_outputs_hosts_and_inputs(args, needle):
+    one_line_error(cli(*args, timeout=120), needle)
+
+
+def test_cli_messages_plot_of_a_json_that_is_no_bench_result(tmp_path):
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"summary": {"n": 3}}))
+    one_line_error(cli("bench", "--plot", str(other)), "not a `da-lab bench` result")
 
 
 @pytest.mark.parametrize("model", ["/nonexistent", "no-such-model"])

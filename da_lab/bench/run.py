@@ -346,13 +346,26 @@ def _run_children(plan: list[dict], doc: dict, args, dev_name: str, out: Path,
         out.write_text(json.dumps(doc, indent=1))
 
 
+def _plot_only(path: Path) -> int:
+    try:
+        doc = json.loads(path.read_text())
+        if not (isinstance(doc, dict) and isinstance(doc.get("rows"), list)):
+            raise ValueError("not a `da-lab bench` result (no \"rows\" list)")
+        paths = write_plot(doc, path)
+    except (OSError, ValueError, KeyError, TypeError) as e:    # JSONDecodeError is a ValueError
+        why = (e.strerror if isinstance(e, OSError) and e.strerror else
+               f"a row has no field {e}" if isinstance(e, KeyError) else
+               f"not JSON ({e})" if isinstance(e, json.JSONDecodeError) else e)
+        print(f"da-lab: --plot {path}: {why}", file=sys.stderr)
+        return 2
+    for p in paths:
+        print(p)
+    return 0
+
+
 def cmd_bench(args) -> int:
     if args.plot:
-        path = Path(args.plot)
-        doc = json.loads(path.read_text())
-        for p in write_plot(doc, path):
-            print(p)
-        return 0
+        return _plot_only(Path(args.plot))
     t_start = time.perf_counter()
     settings, dev_name = _settings(args)
     run_id = _run_id()
