@@ -5,9 +5,10 @@ state and RSS checked, and the malformed API/CLI calls.
     PYTHONPATH=. DA_LAB_MODEL=da-tiny-v1 python bench/reliability.py [--quick]
 
 Writes bench/results/reliability-<date>.json with the counts `crashes`, `stalls`,
-`unflagged_mismatches`, `leaked_entries`, `tracebacks` beside what was run. The goal is 0 for
-each. da-tiny-v1 (random weights, writes no tags of its own) is the model: the director's tags
-are then the only masks, as in the tests.
+`unflagged_mismatches`, `leaked_entries`, `tracebacks`, `server_deaths` and
+`unauthenticated_da_routes` beside what was run (the server cases: reliability_server.py). The
+goal is 0 for each. da-tiny-v1 (random weights, writes no tags of its own) is the model: the
+director's tags are then the only masks, as in the tests.
 """
 
 from __future__ import annotations
@@ -197,6 +198,8 @@ def main(argv=None) -> int:
                     help="output tokens per concurrent request: long enough that the running "
                          "requests outgrow the 64 blocks and vLLM preempts some")
     ap.add_argument("--out", default=None, help="default bench/results/reliability-<date>.json")
+    ap.add_argument("--no-server", action="store_true",
+                    help="skip the server cases (bench/reliability_server.py)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     res: dict = {"command": " ".join(["python", "bench/reliability.py", *sys.argv[1:]])}
@@ -216,19 +219,29 @@ def main(argv=None) -> int:
         lab.shutdown()
     with tempfile.TemporaryDirectory() as d:
         res["bad_cli"] = bad_cli_calls(Path(d))
+    if not args.no_server:
+        import reliability_server  # beside this script (bench/ is on sys.path when run)
+
+        res["server"] = reliability_server.run(str(build_tiny_model()))
     res.update(crashes=res["fuzz"]["crashes"] + res["fuzz"]["events_differ"]
                + res["lifecycles"]["crashes"],
                stalls=res["concurrent"]["stalls"],
                unflagged_mismatches=res["concurrent"]["unflagged_mismatches"]
                + res["concurrent"]["plain_after_wrong"],
                leaked_entries=res["lifecycles"]["leaked_entries"],
-               tracebacks=res["bad_api"]["tracebacks"] + res["bad_cli"]["tracebacks"],
+               tracebacks=res["bad_api"]["tracebacks"] + res["bad_cli"]["tracebacks"]
+               + res.get("server", {}).get("tracebacks", 0),
+               server_deaths=res.get("server", {}).get("server_deaths"),
+               unauthenticated_da_routes=res.get("server", {}).get("unauthenticated_da_routes"),
                wall_s=round(time.perf_counter() - t0, 1))
+    if "server" in res:
+        res["unflagged_mismatches"] += res["server"]["unflagged_mismatches"]
     day = datetime.now(UTC).strftime("%Y-%m-%d")
     out = Path(args.out or Path(__file__).parent / "results" / f"reliability-{day}.json")
     out.write_text(json.dumps(res, indent=1) + "\n")
     print(json.dumps({k: res[k] for k in ("crashes", "stalls", "unflagged_mismatches",
-                                          "leaked_entries", "tracebacks", "wall_s")}))
+                                          "leaked_entries", "tracebacks", "server_deaths",
+                                          "unauthenticated_da_routes", "wall_s")}))
     return 0
 
 
