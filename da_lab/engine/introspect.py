@@ -27,12 +27,8 @@ def _linear(mod) -> dict:
 
 def _slot(name: str, mod) -> dict | None:
     from vllm.model_executor.custom_op import CustomOp
+    from vllm.model_executor.layers.attention import Attention  # 0.26 ... 0.33 (needs.py)
     from vllm.model_executor.layers.linear import LinearBase
-
-    try:
-        from vllm.model_executor.layers.attention import Attention
-    except ImportError:    # older layout (0.26): vllm.attention.layer
-        from vllm.attention.layer import Attention  # type: ignore[no-redef]
     if isinstance(mod, Attention):
         return {"slot": "attention", "class": _cls(mod),
                 "backend": mod.attn_backend.get_name(), "impl": _cls(mod.impl),

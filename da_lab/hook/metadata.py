@@ -81,11 +81,36 @@ def apply(cm, d: Decision):
         ctx.applied = (d.step, src.data_ptr())
         ctx.restore = (seq, r, saved)
     out.max_seq_len = int(new_seq[: cm.num_reqs].max())
-    if getattr(cm, "seq_lens_cpu_upper_bound", None) is not None:
-        out.seq_lens_cpu_upper_bound = _cpu_copy(cm.seq_lens_cpu_upper_bound, n, new_seq)
-    if getattr(cm, "_seq_lens_cpu", None) is not None:     # vLLM 0.26's private CPU copy
-        out._seq_lens_cpu = _cpu_copy(cm._seq_lens_cpu, n, new_seq)
+    _follow(cm, out, n, new_seq)
     return out
+
+
+# CommonAttentionMetadata field -> (treatment, why), for the installed release: set when the
+# plugin loads (runners/common.install, from runners/cm_fields.py, which classifies every field).
+_FIELDS: dict[str, tuple[str, str]] = {}
+
+
+def use_fields(fields: dict[str, tuple[str, str]]) -> None:
+    _FIELDS.clear()
+    _FIELDS.update(fields)
+
+
+def _follow(cm, out, n: int, new_seq: np.ndarray) -> None:
+    """Every field derived from seq_lens follows the compacted seq_lens (see cm_fields.py)."""
+    for name, (how, why) in _FIELDS.items():
+        val = getattr(cm, name, None)
+        if how == "none" and val is not None:
+            raise DAUnsupported(f"CommonAttentionMetadata.{name} is set ({why}); the DA edit "
+                                "can't compact rows for it")
+        if val is None:
+            continue
+        if how == "seq":
+            setattr(out, name, _cpu_copy(val, n, new_seq))
+        elif how == "shift":        # seq_len - query_len, with the compacted seq_len
+            q = np.diff(cm.query_start_loc_cpu.numpy()[: n + 1])
+            setattr(out, name, _cpu_copy(val, n, new_seq[:n] - q))
+        elif how == "clear":
+            setattr(out, name, None)
 
 
 def restore_after_forward() -> None:

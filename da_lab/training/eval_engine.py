@@ -50,12 +50,11 @@ def start_lab(model, prompt_lens: list[int], max_tokens: int, wave: int,
     with it, one step later, so the first token after a tag still reads every block)."""
     from da_lab.engine.env import engine_version
     from da_lab.engine.lab import Lab
+    from da_lab.hook.runners.releases import engine_kwargs
 
     need = max(prompt_lens, default=0) + max_tokens
-    extra = {}
-    v = engine_version()
-    if v and tuple(int(x) for x in v.split(".")[:2] if x.isdigit()) < (0, 32):
-        extra["disable_cascade_attn"] = True    # 0.32 removed cascade attention (and warns)
+    # No cascade attention where the release has it (hook/runners/releases.py).
+    extra = engine_kwargs(engine_version())
     return Lab(model, num_blocks=blocks_for(prompt_lens, max_tokens, wave, runs_per_prompt),
                max_model_len=max(1024, need + BLOCK_SIZE), record_rows=False,
                async_scheduling=async_scheduling, **extra)

