@@ -1,0 +1,161 @@
+"""Every vLLM release the hook claims, checked offline: the adapters' declared needs
+(hook/runners/needs.py) against each release's committed manifest (read from its wheel's
+sources by da_lab/checks/manifest.py), every CommonAttentionMetadata field classified, every
+difference's evidence holding in exactly the releases it names; the load/warn/refuse decision
+as a pure function of version strings; and the checker itself on a small source tree."""
+
+import json
+import logging
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from da_lab.checks import manifest
+from da_lab.hook.runners import cm_fields, releases
+from da_lab.hook.runners.needs import CM, DIFFERENCES, RELEASES, V1, in_range, need, needs_for
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _manifest(v: str) -> dict:
+    return json.loads((manifest.MANIFESTS / f"vllm-{v}.json").read_text())
+
+
+def test_every_release_has_a_manifest_and_no_other():
+    names = sorted(p.name for p in manifest.MANIFESTS.glob("vllm-*.json"))
+    assert names == sorted(f"vllm-{v}.json" for v in RELEASES)
+    for v in RELEASES:
+        m = _manifest(v)
+        assert m["vllm"] == v and m["files"] and m["sources"]
+
+
+@pytest.mark.parametrize("v", RELEASES)
+def test_adapters_needs_match_the_release(v):
+    assert manifest.problems(_manifest(v), needs_for(v)) == []
+
+
+@pytest.mark.parametrize("v", RELEASES)
+def test_every_common_attention_metadata_field_is_classified(v):
+    found = _manifest(v)["symbols"][f"fields {CM}"]["fields"]
+    assert sorted(found) == sorted(cm_fields.fields_for(v))
+
+
+def test_each_difference_holds_in_exactly_its_releases():
+    wrong = []
+    for d in DIFFERENCES:
+        for v in RELEASES:
+            entry = _manifest(v)["symbols"].get(manifest.key(d.evidence))
+            holds = manifest.problem(d.evidence, entry) is None
+            if holds != in_range(v, d.versions):
+                wrong.append(f"{d.name}: {v} {'has' if holds else 'lacks'} it")
+    assert not wrong, "\n".join(wrong)
+
+
+# ---- the decision at plugin load -------------------------------------------------------------
+def test_load_decision_over_version_strings():
+    cpu, gpu = releases.CPU, releases.GPU
+    assert releases.load_decision("0.32.0", cpu) == ("load", "")
+    assert releases.load_decision("0.27.1", cpu)[0] == "load"
+    assert releases.load_decision("0.26.0", gpu)[0] == "load"
+    assert releases.load_decision("0.32.0+cpu", cpu)[0] == "load"
+    for v, dist in (("0.33.0", gpu), ("0.26.0", cpu), ("0.30.0", gpu)):
+        action, msg = releases.load_decision(v, dist)
+        assert action == "warn" and "da-lab selfcheck" in msg and v in msg and "\n" not in msg
+    for v in ("0.34.0", "0.25.1", "0.31.1", "1.0.0"):
+        action, msg = releases.load_decision(v, gpu)
+        assert action == "refuse" and "0.26.0 ... 0.33.0" in msg and f"found vllm {v}" in msg
+
+
+def test_a_statically_checked_release_warns_once(caplog):
+    releases._warned.clear()
+    with caplog.at_level(logging.WARNING, logger="da_lab.hook"):
+        releases.apply_decision("0.33.0", releases.GPU)
+        releases.apply_decision("0.33.0", releases.GPU)
+    assert [r.getMessage().count("da-lab selfcheck") for r in caplog.records] == [1]
+    with pytest.raises(RuntimeError, match="supports vLLM 0.26.0 ... 0.33.0"):
+        releases.apply_decision("0.34.0", releases.GPU)
+
+
+def test_cascade_attention_settings_follow_the_release():
+    assert releases.engine_kwargs("0.26.0") == {"disable_cascade_attn": True}
+    assert releases.serve_args("0.31.0") == ("--disable-cascade-attn",)
+    assert releases.engine_kwargs("0.32.0") == {} and releases.serve_args("0.33.0") == ()
+    assert releases.engine_kwargs(None) == {} and releases.serve_args("0.99.0") == ()
+
+
+def test_run_verified_releases_passed_the_committed_range_run():
+    runs = sorted((ROOT / "bench" / "results").glob("vllm-versions-*.json"))
+    assert runs, "no bench/results/vllm-versions-<date>.json (make test-vllm)"
+    doc = json.loads(runs[-1].read_text())
+    for dist, v in releases.RUN_VERIFIED:
+        if dist != releases.CPU:
+            continue
+        groups = doc["versions"][v]["groups"]
+        assert groups and all(g["result"] == "passed" for g in groups.values()), (v, groups)
+
+
+# ---- the checker itself, on a small source tree ----------------------------------------------
+_SRC = {
+    "vllm/_version.py": "__version__ = version = '0.32.0'\n",
+    "vllm/v1/worker/base.py": """
+        class Base:
+            def __init__(self):
+                self.requests, self.input_batch = {}, None
+            def _sample(self, logits): ...
+    """,
+    "vllm/v1/worker/gpu_model_runner.py": """
+        from .base import Base
+        class GPUModelRunner(Base):
+            device: str = "cpu"
+            def _build_attention_metadata(self, num_tokens, num_reqs, *, other=None): ...
+            def execute_model(self, scheduler_output):
+                self._build_attention_metadata(num_tokens=1, num_reqs=1)
+            def _dummy_run(self):
+                self._build_attention_metadata(num_tokens=1)
+    """,
+    "vllm/v1/attention/__init__.py": "from .backend import CommonAttentionMetadata\n",
+    "vllm/v1/attention/backend.py": """
+        from dataclasses import dataclass
+        from typing import ClassVar
+        @dataclass
+        class CommonAttentionMetadata:
+            seq_lens: object
+            kind: ClassVar[str] = "x"
+            block_table_tensor: object = None
+    """,
+}
+
+
+def _tree(tmp_path: Path) -> Path:
+    for rel, text in _SRC.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(textwrap.dedent(text))
+    return tmp_path
+
+
+def test_checker_reads_signatures_inherited_attributes_calls_and_fields(tmp_path):
+    src = manifest.Sources(_tree(tmp_path))
+    assert src.version() == "0.32.0"
+    bam = manifest.find(src, need(V1 + "._build_attention_metadata"))
+    assert bam["params"] == ["self", "num_tokens", "num_reqs"] and bam["kwonly"] == ["other"]
+    assert manifest.find(src, need(V1 + ".requests"))["defined_in"] == \
+        "vllm.v1.worker.base:Base"                     # assigned in a base class, tuple target
+    assert manifest.find(src, need(V1 + ".device"))["how"] == "field"
+    assert not manifest.find(src, need(V1 + ".attn_groups"))["found"]
+    fields = manifest.find(src, manifest.Need("vllm.v1.attention:CommonAttentionMetadata",
+                                              "fields"))
+    assert fields["fields"] == ["seq_lens", "block_table_tensor"]    # ClassVar left out
+
+
+def test_a_drift_is_a_named_problem(tmp_path):
+    """The runner here lacks num_scheduled_tokens and calls the build without it: both are
+    problems, and a dummy run's call is exempt."""
+    src = manifest.Sources(_tree(tmp_path))
+    needs = [n for n in needs_for("0.32.0", ("v1",)) if "_build_attention_metadata" in
+             (n.symbol + n.callee)]
+    m = {"symbols": {manifest.key(n): manifest.find(src, n) for n in needs}}
+    got = manifest.problems(m, needs)
+    assert len(got) == 2 and "takes no num_scheduled_tokens" in got[0]
+    assert "called in execute_model without num_reqs, num_scheduled_tokens" in got[1]
+    assert manifest.problem(needs[0], None).endswith("not in the manifest (regenerate it)")
