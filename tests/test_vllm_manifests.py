@@ -159,3 +159,10 @@ def test_a_drift_is_a_named_problem(tmp_path):
     assert len(got) == 2 and "takes no num_scheduled_tokens" in got[0]
     assert "called in execute_model without num_reqs, num_scheduled_tokens" in got[1]
     assert manifest.problem(needs[0], None).endswith("not in the manifest (regenerate it)")
+
+
+def test_docs_table_names_every_difference_with_its_releases():
+    doc = (ROOT / "docs" / "vllm-internals.md").read_text()
+    for d in DIFFERENCES:
+        releases_ = d.versions.replace("..", " … ") if d.versions else "all"
+        assert f"| {d.name} | {releases_} |" in doc, d.name

@@ -84,6 +84,7 @@ NEEDS: tuple[Need, ...] = (
     _n("v1", V1, "call", callee="_build_attention_metadata",
        accepts=("num_reqs", "num_scheduled_tokens"), outside=("_dummy_run",),
        why="the wrapper reads the step's rows from these keywords; any other call raises"),
+    _n("v1", V1, "call", callee="_sample", why="the sampler wrapper sees every step's tokens"),
     _n("v1", V1 + "._dummy_run"),
     _n("v1", V1 + "._sample"),
     _n("v1", V1 + ".execute_model", first=("scheduler_output",)),
@@ -108,6 +109,8 @@ NEEDS: tuple[Need, ...] = (
        callee="initialize_kv_cache",
        why="the CPU runner overrides it and must still call the wrapped GPUModelRunner one"),
     # runners/v2.py: the V2 model runner (GPU)
+    *(_n("v2", V2, "call", callee=c, why="the wrapped step methods are still called")
+      for c in ("add_requests", "prepare_attn", "sample", "append_block_ids")),
     _n("v2", V2 + ".add_requests", first=("scheduler_output",)),
     _n("v2", V2 + ".prepare_attn", first=("input_batch",)),
     _n("v2", V2 + ".execute_model", first=("scheduler_output",)),
