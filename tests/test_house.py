@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from da_lab.checks.manifest import import_source
+
 ROOT = Path(__file__).resolve().parents[1]
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
@@ -37,12 +39,7 @@ def _imports(tree: ast.AST, module: str, is_pkg: bool) -> list[str]:
         if isinstance(node, ast.Import):
             out += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = module.split(".") if is_pkg else module.split(".")[:-1]
-                base = base[: len(base) - node.level + 1]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
+            mod = import_source(node, module, is_pkg)
             out.append(mod)
             out += [f"{mod}.{a.name}" for a in node.names]
     return out

@@ -69,17 +69,21 @@ class Sources:
         return m.group(1).split("+")[0] if m else "unknown"
 
 
+def import_source(node: ast.ImportFrom, module: str, is_pkg: bool) -> str:
+    """The absolute module a `from X import Y` in `module` reads (relative levels resolved)."""
+    if not node.level:
+        return node.module or ""
+    parts = module.split(".") if is_pkg else module.split(".")[:-1]
+    parts = parts[: len(parts) - node.level + 1]
+    return ".".join(parts + ([node.module] if node.module else []))
+
+
 def _imports(tree: ast.Module, module: str, is_pkg: bool) -> dict[str, tuple[str, str]]:
     """name -> (module, name) for the module-level `from X import Y` statements."""
     out = {}
     for node in tree.body:
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = module.split(".") if is_pkg else module.split(".")[:-1]
-                parts = parts[: len(parts) - node.level + 1]
-                src = ".".join(parts + ([node.module] if node.module else []))
-            else:
-                src = node.module or ""
+            src = import_source(node, module, is_pkg)
             for a in node.names:
                 out[a.asname or a.name] = (src, a.name)
     return out
