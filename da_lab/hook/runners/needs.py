@@ -108,6 +108,11 @@ NEEDS: tuple[Need, ...] = (
     _n("v1", "vllm.v1.worker.cpu_model_runner:CPUModelRunner.initialize_kv_cache", "call",
        callee="initialize_kv_cache",
        why="the CPU runner overrides it and must still call the wrapped GPUModelRunner one"),
+    # runners/v2.py on the CPU: the CPU worker refuses its V2 runner (v1/worker/cpu/)
+    _n("cpu", "vllm.v1.worker.cpu_worker:CPUWorker.init_device"),
+    _n("cpu", "vllm.v1.worker.cpu_worker:CPUWorker.model_runner", "attribute"),
+    _n("cpu", "vllm.v1.worker.cpu.model_runner:CPUModelRunner", "class",
+       why="the CPU V2 runner the worker may start instead of the v1 one"),
     # runners/v2.py: the V2 model runner (GPU)
     *(_n("v2", V2, "call", callee=c, why="the wrapped step methods are still called")
       for c in ("add_requests", "prepare_attn", "sample", "append_block_ids")),

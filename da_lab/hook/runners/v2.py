@@ -132,7 +132,8 @@ def install(version: str) -> bool:
 
     import torch
 
-    if not torch.cuda.is_available():     # the V2 runner is GPU-only
+    if not torch.cuda.is_available():     # the V2 runner is served on GPUs only
+        _refuse_cpu_v2(version)
         return False
     if importlib.util.find_spec("vllm.v1.worker.gpu") is None:
         return False
@@ -146,3 +147,39 @@ def install(version: str) -> bool:
     patch_methods(GPUModelRunner, RUNNER_WRAPS)
     patch_methods(BlockTables, (("append_block_ids", _wrap_append_block_ids),))
     return True
+
+
+def _refuse_cpu_v2(version: str) -> None:
+    """vLLM's CPU build has a V2 runner too (v1/worker/cpu/, a subclass of the GPU one), picked
+    when Triton with a CPU backend is installed or VLLM_USE_V2_MODEL_RUNNER=1. The hook serves
+    the v1 runner on the CPU, so the CPU worker refuses to go on with any other (a server goes
+    on with DA off): without this, DA would be off silently."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm.v1.worker.cpu_worker") is None:
+        return
+    from vllm.v1.worker.cpu_worker import CPUWorker
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner as V1Runner
+
+    from da_lab.hook.errors import DAUnsupported
+    from da_lab.hook.runners import live
+    from da_lab.hook.runners.needs import needs_for
+    from da_lab.hook.service import SERVICE
+
+    live.check(needs_for(version, ("cpu",)), "CPU worker")
+
+    def wrap(orig):
+        @functools.wraps(orig)
+        def init_device(self, *args, **kwargs):
+            out = orig(self, *args, **kwargs)
+            runner = getattr(self, "model_runner", None)
+            if not isinstance(runner, V1Runner):
+                SERVICE.refuse_or_raise(DAUnsupported(
+                    f"vLLM started {type(runner).__module__}.{type(runner).__name__} on the "
+                    "CPU (its V2 model runner: Triton with a CPU backend is installed, or "
+                    "VLLM_USE_V2_MODEL_RUNNER=1); the DA hook serves the v1 model runner "
+                    "there: set VLLM_USE_V2_MODEL_RUNNER=0"))
+            return out
+        return init_device
+
+    patch_methods(CPUWorker, (("init_device", wrap),))
