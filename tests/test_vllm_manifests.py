@@ -85,14 +85,24 @@ def test_cascade_attention_settings_follow_the_release():
 
 
 def test_run_verified_releases_passed_the_committed_range_run():
+    """A CPU release the plugin loads quietly on ran here: `da-lab selfcheck` (the oracle and
+    plain = stock) passed in its venv, or the engine and oracle groups did; no group failed on
+    a release it calls verified unless docs/compatibility.md names that failure."""
     runs = sorted((ROOT / "bench" / "results").glob("vllm-versions-*.json"))
     assert runs, "no bench/results/vllm-versions-<date>.json (make test-vllm)"
     doc = json.loads(runs[-1].read_text())
+    compat = (ROOT / "docs" / "compatibility.md").read_text()
     for dist, v in releases.RUN_VERIFIED:
         if dist != releases.CPU:
             continue
-        groups = doc["versions"][v]["groups"]
-        assert groups and all(g["result"] == "passed" for g in groups.values()), (v, groups)
+        entry = doc["versions"][v]
+        groups = entry.get("groups", {})
+        oracle = entry.get("selfcheck", {}).get("passed") or all(
+            groups.get(g, {}).get("result") == "passed" for g in ("engine", "oracle"))
+        assert oracle, (v, entry)
+        for g, res in groups.items():
+            for name in res.get("failures", []) if res["result"] != "passed" else []:
+                assert name.split("::")[-1] in compat, (v, g, name)
 
 
 # ---- the checker itself, on a small source tree ----------------------------------------------
