@@ -56,10 +56,10 @@ def test_each_difference_holds_in_exactly_its_releases():
 def test_load_decision_over_version_strings():
     cpu, gpu = releases.CPU, releases.GPU
     assert releases.load_decision("0.32.0", cpu) == ("load", "")
-    assert releases.load_decision("0.27.1", cpu)[0] == "load"
+    assert releases.load_decision("0.28.0", cpu)[0] == "load"
     assert releases.load_decision("0.26.0", gpu)[0] == "load"
     assert releases.load_decision("0.32.0+cpu", cpu)[0] == "load"
-    for v, dist in (("0.33.0", gpu), ("0.26.0", cpu), ("0.30.0", gpu)):
+    for v, dist in (("0.33.0", gpu), ("0.26.0", cpu), ("0.30.0", gpu), ("0.27.1", cpu)):
         action, msg = releases.load_decision(v, dist)
         assert action == "warn" and "da-lab selfcheck" in msg and v in msg and "\n" not in msg
     for v in ("0.34.0", "0.25.1", "0.31.1", "1.0.0"):
