@@ -59,7 +59,7 @@ def test_load_decision_over_version_strings():
     assert releases.load_decision("0.28.0", cpu)[0] == "load"
     assert releases.load_decision("0.26.0", gpu)[0] == "load"
     assert releases.load_decision("0.32.0+cpu", cpu)[0] == "load"
-    for v, dist in (("0.33.0", gpu), ("0.26.0", cpu), ("0.30.0", gpu), ("0.27.1", cpu)):
+    for v, dist in (("0.33.0", gpu), ("0.26.0", cpu), ("0.30.0", gpu)):
         action, msg = releases.load_decision(v, dist)
         assert action == "warn" and "da-lab selfcheck" in msg and v in msg and "\n" not in msg
     for v in ("0.34.0", "0.25.1", "0.31.1", "1.0.0"):

