@@ -19,63 +19,25 @@ and the field. Imports numpy only: a laptop replays a GPU run.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from numbers import Integral, Real
+from numbers import Real
 from typing import Any
 
 import numpy as np
+
+from da_lab.core.fields import (
+    RecordError,
+    array_field,
+    int_field,
+    objects_field,
+    typed_field,
+    where,
+)
 
 __all__ = ["SCHEMA", "RecordError", "Metadata", "RequestStep", "StepRecord"]
 
 SCHEMA = 2
 ROW_DTYPE = np.int32      # physical block ids
 LOGICAL_DTYPE = np.int64  # logical block indices / token positions
-
-
-class RecordError(ValueError):
-    """A record's content is malformed; the message names the step and the field."""
-
-
-# ---- validation helpers (one-line messages) --------------------------------------------------
-def _where(step: Any, name: str) -> str:
-    return f"step {step}: {name}"
-
-
-def _int(d: dict, key: str, step: Any, ctx: str = "", default: Any = ...) -> Any:
-    v = d.get(key, default)
-    if v is ...:
-        raise RecordError(f"{_where(step, ctx + key)} is missing")
-    if v is None and default is None:
-        return None
-    if not isinstance(v, Integral) or isinstance(v, bool):
-        raise RecordError(f"{_where(step, ctx + key)} is {type(v).__name__} {v!r:.40}, "
-                          "not an int")
-    return int(v)
-
-
-def _typed(d: dict, key: str, types: tuple, step: Any, ctx: str = "", default: Any = ...):
-    v = d.get(key, default)
-    if v is ...:
-        raise RecordError(f"{_where(step, ctx + key)} is missing")
-    if v is not None and not isinstance(v, types):
-        want = " or ".join(t.__name__ for t in types)
-        raise RecordError(f"{_where(step, ctx + key)} is {type(v).__name__}, not {want}")
-    return v
-
-
-def _array(d: dict, key: str, dtype, step: Any, ctx: str = "") -> np.ndarray | None:
-    v = d.get(key)
-    if v is None:
-        return None
-    if isinstance(v, np.ndarray):
-        return v
-    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool)
-                                          for x in v):
-        raise RecordError(f"{_where(step, ctx + key)} is not a list of ints")
-    try:
-        return np.asarray(v, dtype=dtype)
-    except OverflowError:
-        raise RecordError(f"{_where(step, ctx + key)} holds an int outside "
-                          f"{np.dtype(dtype).name}'s range") from None
 
 
 def _list(a) -> list | None:
@@ -112,15 +74,15 @@ class Metadata:
         if d is None:
             return None
         if not isinstance(d, dict):
-            raise RecordError(f"{_where(step, 'metadata')} is {type(d).__name__}, not an object")
+            raise RecordError(f"{where(step, 'metadata')} is {type(d).__name__}, not an object")
         c = "metadata."
-        shape = _typed(d, "block_table_shape", (list, tuple), step, c, None) or ()
-        return cls(_array(d, "query_start_loc", np.int32, step, c),
-                   _array(d, "seq_lens", np.int32, step, c),
-                   _array(d, "slot_mapping", np.int64, step, c), tuple(shape),
-                   _int(d, "max_seq_len", step, c, None),
-                   _typed(d, "backend", (str,), step, c, "") or "",
-                   _typed(d, "runner", (str,), step, c, "") or "")
+        shape = typed_field(d, "block_table_shape", (list, tuple), step, c, None) or ()
+        return cls(array_field(d, "query_start_loc", np.int32, step, c),
+                   array_field(d, "seq_lens", np.int32, step, c),
+                   array_field(d, "slot_mapping", np.int64, step, c), tuple(shape),
+                   int_field(d, "max_seq_len", step, c, None),
+                   typed_field(d, "backend", (str,), step, c, "") or "",
+                   typed_field(d, "runner", (str,), step, c, "") or "")
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Metadata) and all(
@@ -247,16 +209,16 @@ class RequestStep:
     @classmethod
     def from_json(cls, d: Any, step: Any = "?", i: int = 0, schema: int = SCHEMA) -> RequestStep:
         if not isinstance(d, dict):
-            raise RecordError(f"{_where(step, f'requests[{i}]')} is {type(d).__name__}, "
+            raise RecordError(f"{where(step, f'requests[{i}]')} is {type(d).__name__}, "
                               "not an object")
         c = f"requests[{i}]."
-        r = cls(_typed(d, "req", (str,), step, c))
+        r = cls(typed_field(d, "req", (str,), step, c))
         if "seq_len" in d or "mode" in d or "directive" in d:
             _hook_fields(r, d, step, c, schema)
         if d.get("new_token_ids") is not None:
-            toks = _array(d, "new_token_ids", np.int64, step, c)
-            r.set_output(toks.tolist(), _typed(d, "new_text", (str,), step, c, "") or "",
-                         bool(_typed(d, "finished", (bool,), step, c, False)))
+            toks = array_field(d, "new_token_ids", np.int64, step, c)
+            r.set_output(toks.tolist(), typed_field(d, "new_text", (str,), step, c, "") or "",
+                         bool(typed_field(d, "finished", (bool,), step, c, False)))
         return r
 
     def __eq__(self, other) -> bool:
@@ -274,36 +236,36 @@ class RequestStep:
 
 def _hook_fields(r: RequestStep, d: dict, step: Any, c: str, schema: int) -> None:
     """The hook's part of a request entry (schema 1 or 2) into `r`, checked."""
-    r.row, r.block_size, r.seq_len, r.query_len = (_int(d, k, step, c) for k in _HOOK_INTS)
+    r.row, r.block_size, r.seq_len, r.query_len = (int_field(d, k, step, c) for k in _HOOK_INTS)
     if r.block_size <= 0:
-        raise RecordError(f"{_where(step, c + 'block_size')} is {r.block_size}, not > 0")
-    directive = _typed(d, "directive", (dict,), step, c, None)
+        raise RecordError(f"{where(step, c + 'block_size')} is {r.block_size}, not > 0")
+    directive = typed_field(d, "directive", (dict,), step, c, None)
     if directive is None:           # schema-1 records written before directives were kept
-        directive = {"mode": _typed(d, "mode", (str,), step, c)}
+        directive = {"mode": typed_field(d, "mode", (str,), step, c)}
     r.directive = directive
-    r.tag_buffer = _typed(d, "tag_buffer", (str,), step, c)
-    r.n_output_seen = _int(d, "n_output_seen", step, c, 0)
-    r.tokens_unseen = _int(d, "tokens_unseen", step, c, 0)
-    r.events = _dicts(d, "events", step, c)
-    r.staged_row = _array(d, "staged_row", ROW_DTYPE, step, c)
-    kept = _array(d, "kept_logical", LOGICAL_DTYPE, step, c)
+    r.tag_buffer = typed_field(d, "tag_buffer", (str,), step, c)
+    r.n_output_seen = int_field(d, "n_output_seen", step, c, 0)
+    r.tokens_unseen = int_field(d, "tokens_unseen", step, c, 0)
+    r.events = objects_field(d, "events", step, c)
+    r.staged_row = array_field(d, "staged_row", ROW_DTYPE, step, c)
+    kept = array_field(d, "kept_logical", LOGICAL_DTYPE, step, c)
     total = r.blocks_total
     if schema == 1:
         # Schema 1 stored all kept positions (also when nothing was hidden) and the derived
         # numbers; without kept_logical, attn_seq_len says whether blocks were hidden.
         if kept is not None and len(kept) == total:
             kept = None
-        elif kept is None and _int(d, "attn_seq_len", step, c, r.seq_len) < r.seq_len:
-            raise RecordError(f"{_where(step, c + 'kept_logical')} is missing for a masked "
+        elif kept is None and int_field(d, "attn_seq_len", step, c, r.seq_len) < r.seq_len:
+            raise RecordError(f"{where(step, c + 'kept_logical')} is missing for a masked "
                               "request (a schema-1 record written without rows)")
     if kept is not None and len(kept) and (kept.min() < 0 or kept.max() >= total):
-        raise RecordError(f"{_where(step, c + 'kept_logical')} has blocks outside 0..{total - 1}")
+        raise RecordError(f"{where(step, c + 'kept_logical')} has blocks outside 0..{total - 1}")
     if r.staged_row is not None and kept is not None and len(r.staged_row) < total:
-        raise RecordError(f"{_where(step, c + 'staged_row')} has {len(r.staged_row)} blocks, "
+        raise RecordError(f"{where(step, c + 'staged_row')} has {len(r.staged_row)} blocks, "
                           f"fewer than the {total} of seq_len {r.seq_len}")
     r.kept_logical = kept
-    built = _int(d, "built_seq_len", step, c, None)
-    row = _array(d, "built_row", ROW_DTYPE, step, c)
+    built = int_field(d, "built_seq_len", step, c, None)
+    row = array_field(d, "built_row", ROW_DTYPE, step, c)
     if built is not None:
         r.note_built(built, row)
     elif row is not None:
@@ -345,30 +307,40 @@ class StepRecord:
         """A record from its JSON dict (schema 2, or the schema-1 dicts of older traces)."""
         if not isinstance(d, dict):
             raise RecordError(f"a record is a JSON {type(d).__name__}, not an object")
-        step = _int(d, "step", "?")
-        reqs = _typed(d, "requests", (list,), step, "", None) or []
-        return cls(step, float(_typed(d, "wall_s", (Real,), step, "", 0.0) or 0.0),
-                   float(_typed(d, "hook_us", (Real,), step, "", 0.0) or 0.0),
+        step = int_field(d, "step", "?")
+        reqs = typed_field(d, "requests", (list,), step, "", None) or []
+        return cls(step, float(typed_field(d, "wall_s", (Real,), step, "", 0.0) or 0.0),
+                   float(typed_field(d, "hook_us", (Real,), step, "", 0.0) or 0.0),
                    [RequestStep.from_json(r, step, i, schema) for i, r in enumerate(reqs)],
-                   _typed(d, "kv", (dict,), step, "", None) or {},
+                   typed_field(d, "kv", (dict,), step, "", None) or {},
                    Metadata.from_json(d.get("metadata"), step),
-                   _dicts(d, "added", step), _dicts(d, "warnings", step))
+                   objects_field(d, "added", step), objects_field(d, "warnings", step))
+
+    @classmethod
+    def build(cls, step: int, wall_s: float, hook_steps=(), outputs=(), added=(),
+              warnings=(), kv: dict | None = None) -> StepRecord:
+        """The one way a step's record is assembled (the Lab, the server's trace, the bench's
+        recorder): the hook's RequestSteps of the step (`hook_steps`: its logs, one per
+        metadata build, each with .requests, .hook_us, .metadata) with the engine's new
+        tokens set on them (`outputs`: (request id, token ids, text, finished) per request
+        that produced output; a request the hook does not track gets a RequestStep of its
+        own)."""
+        hook_us, metadata = 0.0, None
+        by_req: dict[str, RequestStep] = {}
+        for h in hook_steps:
+            hook_us += h.hook_us
+            metadata = h.metadata or metadata
+            for r in h.requests:
+                by_req[r.req] = r
+        for req, token_ids, text, finished in outputs:
+            r = by_req.get(req)
+            if r is None:
+                r = by_req[req] = RequestStep(req)
+            r.set_output(list(token_ids), text, finished)
+        return cls(step, wall_s, hook_us, list(by_req.values()), kv=kv or {},
+                   metadata=metadata, added=list(added), warnings=list(warnings))
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, StepRecord):
             return NotImplemented
         return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self))
-
-
-def _dicts(d: dict, key: str, step: Any, ctx: str = "") -> list[dict]:
-    """A list of objects (events, warnings, added requests), each checked to be one."""
-    v = _typed(d, key, (list,), step, ctx, None) or []
-    for i, x in enumerate(v):
-        if not isinstance(x, dict):
-            raise RecordError(f"{_where(step, f'{ctx}{key}[{i}]')} is {type(x).__name__}, "
-                              "not an object")
-        if key == "added":
-            _typed(x, "req", (str,), step, f"added[{i}].")
-        elif not isinstance(x.get("kind", ""), str):
-            raise RecordError(f"{_where(step, f'{ctx}{key}[{i}].kind')} is not a string")
-    return v
