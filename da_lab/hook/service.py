@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import os
 
-from da_lab.hook import faults, metadata
+from da_lab.hook import faults, sampled
 from da_lab.hook.counters import Counters, request_stats
 from da_lab.hook.errors import DAUnsupported
+from da_lab.hook.session import SESSION
 from da_lab.hook.state import TRACKER
 
 SERVE_ENV = "DA_LAB_SERVE"
@@ -45,14 +46,13 @@ class Service:
         self.trace_path: str | None = None
         self.rank = 0
         self._states: dict = {}           # req_id -> RequestState at the last step's end
-        self._warnings_seen = 0
 
     def start(self) -> None:
         """Serve mode: step records only when traced (full rows cost time at long contexts)."""
         if self.on:
             return
         self.on = True
-        self._warnings_seen = TRACKER.warnings_total
+        SESSION.new_warnings()            # only what is raised from now on is counted
         self.trace_path = os.environ.get(TRACE_ENV) or None
         TRACKER.record_rows = bool(self.trace_path)
 
@@ -77,32 +77,22 @@ class Service:
         finished = getattr(scheduler_output, "finished_req_ids", None) or ()
         if not (t.requests or t.steps or self._states or t.refused or t.pending_outputs):
             return
-        ending = [r for r in finished if r in t.requests]
-        metadata.drain(wait=bool(ending))
-        logs = t.reset_log()
-        for log in logs:
+        # By vLLM's request ids: two requests may share a da_id.
+        report = SESSION.after_step([r for r in finished if r in t.requests or r in t.refused],
+                                    engine_ids=True)
+        for log in report.steps:
             self.counters.add_step(log)
-        if self.trace_path and logs:
-            self._trace(logs, runner)
-        for rid in finished:          # by vLLM's request id: two requests may share a da_id
-            try:
-                if rid in t.requests:
-                    faults.check("after_step", (t.requests[rid].da_id,))
-                t.end_request(rid)
-            except Exception as e:   # noqa: BLE001 - only this request's account pays
-                t.hook_error("ending a request", e, [rid])
-                t.end_request(rid)
+        if self.trace_path and report.steps:
+            self._trace(report.steps, report.warnings, runner)
         live = t.requests
         self.counters.requests += sum(1 for r in live if r not in self._states)
         for rid, st in self._states.items():
             if rid not in live:                  # ended since the last step: settle it
-                self.counters.add_events(self.settle(st))
+                self.counters.add_events(self.feed_rest(st))
         self._states = dict(live)
-        if t.warnings_total != self._warnings_seen:
-            self.counters.add_warnings(t.new_warnings(self._warnings_seen))
-            self._warnings_seen = t.warnings_total
+        self.counters.add_warnings(report.warnings + SESSION.new_warnings())
 
-    def _trace(self, logs, runner) -> None:
+    def _trace(self, logs, warnings, runner) -> None:
         """Rank 0 writes the trace (every rank sees the same requests); opened at the first
         step with DA requests, when the engine's parts are known."""
         if self.trace is None:
@@ -112,10 +102,10 @@ class Service:
                 self.trace_path = None
                 return
             self.trace = ServerTrace(self.trace_path)
-        self.trace.write(logs, runner)
+        self.trace.write(logs, warnings, runner)
 
     @staticmethod
-    def settle(st) -> list[dict]:
+    def feed_rest(st) -> list[dict]:
         """Feed a request's sampled tokens the tag machine has not read yet (the last ones of a
         request that ended); returns the events they raised."""
         n = len(st.events)
@@ -147,17 +137,17 @@ class Service:
         """The stats of request `da_id`, with every token it sampled read by the tag machine
         (a client asks as soon as its stream ends, before the engine's next step)."""
         t = TRACKER
-        metadata.drain(wait=True)
+        sampled.drain(wait=True)
         for st in t.requests.values():
             if st.da_id == da_id:
-                self.counters.add_events(self.settle(st))
+                self.counters.add_events(self.feed_rest(st))
                 return request_stats(st, live=True)
         st = t.finished.get(da_id)
         if st is None:
             refused = [w for w in t.warnings if w.get("req") == da_id
                        and w.get("kind") == "da_refused"]
             return {"id": da_id, "refused": refused[-1]["detail"]} if refused else None
-        self.counters.add_events(self.settle(st))
+        self.counters.add_events(self.feed_rest(st))
         return request_stats(st, live=False)
 
     def state(self) -> dict:

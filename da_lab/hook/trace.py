@@ -18,11 +18,11 @@ What a worker can see, and so what a server trace holds, differs from a Lab's in
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 from da_lab.core.record import StepRecord
-from da_lab.hook.state import EXTRA_ID, TRACKER
+from da_lab.core.wire import EXTRA_ID
+from da_lab.hook.state import TRACKER
 
 
 def tp_rank() -> int:
@@ -62,32 +62,31 @@ class ServerTrace:
         self._owners: dict[int, tuple[str, ...]] = {}
         self._seen: dict[str, tuple[int, int]] = {}    # da_id -> (tokens, text chars) written
         self._added: set[str] = set()
-        self._warnings = TRACKER.warnings_total
         self._t = time.perf_counter()
         self.step = 0
 
     def _open(self, runner, block_size: int) -> None:
-        from da_lab import __version__
-        from da_lab.engine.env import engine_name
+        from da_lab.hook.runners.releases import engine_name
+        from da_lab.trace.format import header, provenance
         from da_lab.trace.process import ProcessTraceWriter
 
         t = TRACKER
         kv_cfg = getattr(runner, "kv_cache_config", None)
-        prov = {"vllm": engine_name(), "device": t.device, "model": t.tokenizer_path,
-                "model_name": Path(str(t.tokenizer_path)).name, "runner": t.runner_class,
-                "backend": t.backend, "block_size": block_size,
-                "num_blocks": int(getattr(kv_cfg, "num_blocks", 0) or 0), "da_lab": __version__,
-                "source": "vllm serve", "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
-        self.writer = ProcessTraceWriter(self.path, {"provenance": prov, "skeleton": {},
-                                                     "initial_kv": {}})
+        prov = provenance(vllm=engine_name(), device=t.device, model=t.tokenizer_path,
+                          runner=t.runner_class, backend=t.backend, block_size=block_size,
+                          num_blocks=int(getattr(kv_cfg, "num_blocks", 0) or 0),
+                          source="vllm serve")
+        # No skeleton and no initial KV map: the worker has neither at hand.
+        self.writer = ProcessTraceWriter(self.path, header(prov))
 
-    def write(self, logs: list, runner) -> None:
+    def write(self, logs: list, warnings: list[dict], runner) -> None:
+        """One record of the step's hook `logs` and the `warnings` raised in it."""
         reqs = [r for log in logs for r in log.requests]
         if self.writer is None:
             self._open(runner, reqs[0].block_size)
         now = time.perf_counter()
         by_id = {st.da_id: st for st in TRACKER.requests.values()}
-        added = []
+        added, outputs = [], []
         for r in reqs:
             st = by_id.get(r.req)
             if st is None:
@@ -96,14 +95,10 @@ class ServerTrace:
                 self._added.add(r.req)
                 added.append(self._added_entry(st, runner))
             n, c = self._seen.get(r.req, (0, 0))
-            r.set_output(list(st.captured[n:st.n_seen]), st.text[c:], False)
+            outputs.append((r.req, st.captured[n:st.n_seen], st.text[c:], False))
             self._seen[r.req] = (st.n_seen, len(st.text))
-        warnings = TRACKER.new_warnings(self._warnings)
-        self._warnings = TRACKER.warnings_total
-        meta = next((log.metadata for log in logs if log.metadata is not None), None)
-        rec = StepRecord(self.step, round(now - self._t, 6), sum(log.hook_us for log in logs),
-                         reqs, kv=self._kv(runner), metadata=meta, added=added,
-                         warnings=list(warnings))
+        rec = StepRecord.build(self.step, round(now - self._t, 6), logs, outputs, added,
+                               warnings, kv=self._kv(runner))
         self._t = now
         self.step += 1
         self.writer.write(rec)

@@ -36,6 +36,32 @@ class TraceError(ValueError):
 
 
 # ---------------------------------------------------------------------------------------------
+# what a trace says about the run: its header
+
+
+def provenance(*, vllm: str, device: str, model, runner: str, backend: str, block_size: int,
+               num_blocks: int, **extra: Any) -> dict:
+    """The header's provenance, the one way every writer makes it (the Lab, a server's trace,
+    the bench's recorder): which vLLM on which device ran which model on which runner and
+    backend, with what blocks; `extra` adds what that writer knows (graphs, runner kind,
+    "source": "vllm serve")."""
+    from datetime import UTC, datetime
+
+    from da_lab import __version__
+
+    return {"vllm": vllm, "device": device, "model": str(model),
+            "model_name": Path(str(model)).name, "runner": runner, "backend": backend,
+            "block_size": block_size, "num_blocks": num_blocks, **extra,
+            "da_lab": __version__, "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def header(prov: dict, skeleton: dict | None = None, initial_kv: dict | None = None) -> dict:
+    """A trace's header (the writer adds "kind" and "schema"): provenance, diagram 1's
+    skeleton, the physical KV map when recording began (changes from an empty cache)."""
+    return {"provenance": prov, "skeleton": skeleton or {}, "initial_kv": initial_kv or {}}
+
+
+# ---------------------------------------------------------------------------------------------
 # small helpers
 
 

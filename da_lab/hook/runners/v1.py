@@ -21,7 +21,7 @@ import functools
 
 import numpy as np
 
-from da_lab.hook import context, metadata
+from da_lab.hook import context, sampled
 from da_lab.hook.errors import DAUnsupported
 from da_lab.hook.runners import live
 from da_lab.hook.runners.common import (
@@ -60,7 +60,7 @@ def _decide(runner, num_reqs: int, num_scheduled_tokens: dict[str, int]):
             ex = None if TRACKER.track(rid, ex, n) is None else ex
         known = rid in TRACKER.requests
         extra.append(ex)
-        # The hook's own copy of the sampled tokens (metadata.after_sampling): the runner's
+        # The hook's own copy of the sampled tokens (sampled.after_sampling): the runner's
         # output_token_ids are -1 placeholders under async scheduling.
         outputs.append(TRACKER.requests[rid].captured if known else ([] if ex else None))
     seq = runner.optimistic_seq_lens_cpu[:num_reqs].numpy()
@@ -110,7 +110,7 @@ def _wrap_sample(orig):
     def _sample(self, *args, **kwargs):
         out = orig(self, *args, **kwargs)
         ctx = context.current()
-        metadata.after_sampling(out.sampled_token_ids, ctx.force)
+        sampled.after_sampling(out.sampled_token_ids, ctx.force)
         ctx.force = None
         return out
     return _sample

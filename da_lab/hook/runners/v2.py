@@ -23,7 +23,7 @@ import functools
 
 import numpy as np
 
-from da_lab.hook import context, metadata
+from da_lab.hook import context, sampled
 from da_lab.hook.runners.common import (
     begin_step,
     patch_methods,
@@ -91,7 +91,7 @@ def _wrap_sample(orig):
     def sample(self, *args, **kwargs):
         out = orig(self, *args, **kwargs)
         ctx = context.current()
-        metadata.after_sampling(out[0].sampled_token_ids, ctx.force)
+        sampled.after_sampling(out[0].sampled_token_ids, ctx.force)
         ctx.force = None
         return out
     return sample
