@@ -24,8 +24,7 @@ MARKER = "DAUSERMARKERX"        # letters only: a pre-tokenizer never merges it 
 
 def _defaults() -> tuple[str, str, str]:
     """(plain head, chat system prompt, chat intro) of the lab's trained models."""
-    from da_lab.training.nl_task import INTRO, SYSTEM
-    from da_lab.training.task import HEAD
+    from da_lab.core.prompts import HEAD, INTRO, SYSTEM
 
     return HEAD, SYSTEM, INTRO
 

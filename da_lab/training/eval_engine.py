@@ -71,9 +71,8 @@ def run_batch(lab, runs: list[Run], max_tokens: int) -> dict[str, RunOut]:
     """Generate every run greedily until end of sequence (or max_tokens); {key: RunOut}."""
     from vllm import SamplingParams
 
+    from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
     from da_lab.engine.access import output_kind
-    from da_lab.hook.metadata import drain
-    from da_lab.hook.state import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
 
     if lab.has_unfinished():
         raise RuntimeError("the eval needs an idle Lab (it has unfinished requests)")
@@ -91,19 +90,20 @@ def run_batch(lab, runs: list[Run], max_tokens: int) -> dict[str, RunOut]:
                                 output_kind=output_kind("FINAL_ONLY"), extra_args=extra)
         lab.engine.add_request(rid, {"prompt_token_ids": list(run.prompt_ids)}, params)
         by_rid[rid], keys[rid] = RunOut(), run.key
-    n_warn = lab.tracker.warnings_total
+    lab.hook.new_warnings()       # what the eval's runs raise, from here on
+    warnings: list[dict] = []
     while lab.engine.has_unfinished_requests():
         outs = lab.engine.step()
-        drain()               # the step's sampled tokens to the tag machine (V2 runner)
-        for h in lab.tracker.reset_log():
-            for r in h.requests:
-                if r.req in by_rid:
-                    by_rid[r.req].rows.append(r)
+        report = lab.hook.after_step([o.request_id for o in outs
+                                      if o.finished and o.request_id in by_rid])
+        for r in report.requests:
+            if r.req in by_rid:
+                by_rid[r.req].rows.append(r)
+        warnings += report.warnings
         for o in outs:
             if o.finished and o.request_id in by_rid:
                 by_rid[o.request_id].text = o.outputs[0].text
-                lab.tracker.end(o.request_id)
-    for w in lab.tracker.new_warnings(n_warn):
+    for w in warnings:
         out = by_rid.get(w.get("req")) if isinstance(w, dict) else None
         if out is not None and w.get("kind") not in out.flags:
             out.flags.append(w["kind"])

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from da_lab.core.layout import BLOCK_SIZE, build_prompt
+from da_lab.core.prompts import INTRO, SYSTEM  # noqa: F401 - re-exported
 from da_lab.core.tags import Directive, Mode, tag_text
 from da_lab.training import nl_words as W
 from da_lab.training.task import HELDOUT, TRAIN, Sample, rng_for
@@ -52,10 +53,7 @@ CHUNKS = (8, 32)                 # chunks per prompt (inclusive)
 CONTEXT = (1024, 7168)           # target prompt tokens (drawn uniformly)
 BLOCKS_PER_CHUNK = (2, 7)
 MAX_PROMPT = 7680                # leaves room for the reply in 8,192 positions
-SYSTEM = ("You answer questions about the documents C1, C2, ... in the user's message. First "
-          "write the documents you need as a tag, <focus C3> or <focus C2,C7>, or <local> when "
-          "the question needs no document; then answer in one sentence.")
-INTRO = "Here are the documents.\n"
+
 SENTINEL = "\x00DA-USER\x00"
 
 

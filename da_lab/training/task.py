@@ -47,6 +47,7 @@ import numpy as np
 
 from da_lab import ASSETS
 from da_lab.core.layout import BLOCK_SIZE, DAPrompt, build_prompt
+from da_lab.core.prompts import HEAD  # noqa: F401 - re-exported
 from da_lab.core.tags import Directive, Mode, tag_text
 
 TRAIN, HELDOUT = 0, 1          # random streams (see the module docstring)
@@ -57,8 +58,6 @@ RECORDS_PER_CHUNK = 4
 P_LOCAL = 0.10
 P_MULTI = 0.10
 
-HEAD = ("You are reading a document in chunks. Each chunk has records. "
-        "Answer the question using only the relevant chunk.")
 
 # Keys: single tokens (with their leading space) of the shipped tokenizer, none of them a word
 # of the scaffold or the question.
