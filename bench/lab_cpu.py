@@ -47,7 +47,7 @@ def main():
         while lab.has_unfinished():
             if name == "engine_step":
                 lab.engine.step()
-                lab.tracker.reset_log()
+                lab.hook.discard_steps()
             else:
                 lab.step()
             k += 1

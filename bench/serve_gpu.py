@@ -15,7 +15,7 @@ flight at once) sends:
         da_global_tag    the layout and the director's <global> at output 0 (keeps every block;
                          its first token is text, as da_focus's is: see serve-h200-2026-12-01.md)
         da_focus         the layout and the director's <focus C2,C7> at output 0
-                         (`python -m da_lab.serve.bench`: the --extra-body of every request)
+                         (`python -m da_lab.bench.served`: the --extra-body of every request)
 Each row keeps vLLM's own result (output tok/s, TTFT, TPOT, ITL percentiles); the ratios the
 issue asks for are computed from them at the end. Prefill is untouched by DA, so TTFT and the
 TPOT share of the prefills that stall decodes are reported beside the decode-only ITL.
@@ -262,7 +262,7 @@ def main(argv=None) -> int:
         return combine(args.combine, args.out, argv)
     args.num_prompts = args.num_prompts or args.concurrency
     args.max_model_len = args.max_model_len or args.input_len + args.output_len + 256
-    from da_lab.serve.bench import extra_body
+    from da_lab.bench.served import extra_body
     from da_lab.serve.launch import free_port
 
     work = Path(args.work)

@@ -123,3 +123,54 @@ def test_committed_notebooks_equal_the_generator_output():
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "make_notebooks.py"), "--check"],
                        cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# The rooms, lowest first: a module imports only from its own room or rooms below it
+# (docs/architecture.md). The client is the server's other side, so it shares its room.
+ROOM_ORDER = [("da_lab.core", "da_lab.outputs"), ("da_lab.trace",), ("da_lab.hook",),
+              ("da_lab.engine",), ("da_lab.bench", "da_lab.training", "da_lab.checks",
+                                   "da_lab.lesson", "da_lab_widgets"),
+              ("da_lab.serve", "da_lab.client"), ("da_lab.cli",)]
+# What the code that drives an engine may import of the hook: its front door and the small
+# shared parts; the tracker, the metadata edit, the runners and the per-step context are the
+# hook's own.
+HOOK_DOORS = ("da_lab.hook", "da_lab.hook.session", "da_lab.hook.errors",
+              "da_lab.hook.counters", "da_lab.hook.runners.releases",
+              "da_lab.hook.runners.needs", "da_lab.hook.runners.cm_fields")
+
+
+def _room(mod: str) -> int | None:
+    if mod == "da_lab" or mod.startswith("da_lab.__"):
+        return 0
+    for rank, prefixes in enumerate(ROOM_ORDER):
+        if any(mod == p or mod.startswith(p + ".") for p in prefixes):
+            return rank
+    return None
+
+
+def test_imports_run_down_the_room_order():
+    graph, bad = _graph(), []
+    for mod, targets in graph.items():
+        here = _room(mod)
+        for t in targets:
+            there = _room(t)
+            if here is not None and there is not None and there > here:
+                bad.append(f"{mod} imports {t} (up the room order: "
+                           f"{ROOM_ORDER[here][0]} < {ROOM_ORDER[there][0]})")
+            if mod.startswith("da_lab.serve") and t.startswith(("da_lab.training",
+                                                               "da_lab.bench")):
+                bad.append(f"{mod} imports {t} (a server needs no training or bench code)")
+    assert not bad, "\n".join(sorted(bad))
+
+
+def test_only_the_hook_reaches_into_the_hook():
+    """Outside hook/ the hook is its front door (hook/session.py) and the parts named in
+    HOOK_DOORS; the tests may look inside."""
+    graph, bad = _graph(), []
+    for mod, targets in graph.items():
+        if mod.startswith("da_lab.hook"):
+            continue
+        for t in targets:
+            if t.startswith("da_lab.hook") and t not in HOOK_DOORS:
+                bad.append(f"{mod} imports {t}; use da_lab.hook.session")
+    assert not bad, "\n".join(sorted(bad))

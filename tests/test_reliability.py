@@ -53,14 +53,13 @@ def test_stall_bad_requests_do_not_stop_a_good_one(lab):
     seed = lab.seed_prompt()
     solo = lab.add_request(seed, tags=[(2, "<local>")], max_tokens=16)
     lab.run()
-    vocab = lab.tracker.model_vocab_size
+    vocab = lab.hook.vocab_size
     assert vocab > 0
     layout = seed.layout.to_dict()
     bad = {"bad-layout": {"da_layout": {"block_size": 32}},
            "bad-tok-high": {"da_layout": layout, "da_director": [[1, [vocab + 5]]]},
            "bad-tok-neg": {"da_layout": layout, "da_director": [[1, [-5]]]},
            "bad-len": {"da_layout": dict(layout, prompt_len=805)}}
-    n_warn = lab.tracker.warnings_total
     good = lab.add_request(seed, tags=[(2, "<local>")], max_tokens=16)
     for rid, extra in bad.items():
         lab.engine.add_request(rid, {"prompt_token_ids": seed.token_ids}, SamplingParams(
@@ -68,13 +67,13 @@ def test_stall_bad_requests_do_not_stop_a_good_one(lab):
     recs = lab.run()
     assert not lab.has_unfinished()
     assert lab.requests[good]["token_ids"] == lab.requests[solo]["token_ids"]
-    refused = {w["req"]: w["detail"] for w in lab.tracker.new_warnings(n_warn)
+    refused = {w["req"]: w["detail"] for rec in recs for w in rec.warnings
                if w["kind"] == "da_refused"}
     assert set(refused) == set(bad), refused
     assert "vocabulary" in refused["bad-tok-high"] and "prompt_len" in refused["bad-len"]
     finished = {r.req for rec in recs for r in rec.requests if r.finished}
     assert set(bad) <= finished                     # they ran to their end as plain requests
-    assert not lab.tracker.refused                  # and left nothing behind
+    assert lab.hook.entries()["tracker.refused"] == 0   # and left nothing behind
 
 
 def test_leak_per_request_state_returns_to_zero(lab):
@@ -83,14 +82,16 @@ def test_leak_per_request_state_returns_to_zero(lab):
     head, chunks, tail = seed_texts(2)
     small = build_prompt(lab.encode, head, chunks, tail, filler_id=lab.encode("\n")[0],
                          bos_id=lab.tokenizer.bos_token_id, chunk_blocks=2)
-    lab.keep_finished = lab.tracker.keep_finished = lab.tracker.keep_warnings = 64
+    lab.keep_finished = 64
+    lab.hook.configure(keep_finished=64, keep_warnings=64)
     try:
         n = 0
         while n < 1000:
             n += one_round(lab, small, short_tokens=2)
         gc.collect()
         assert set(per_request_entries(lab).values()) == {0}, per_request_entries(lab)
-        assert len(lab.requests) == 64 and len(lab.tracker.finished) <= 64
+        assert len(lab.requests) == 64
+        assert lab.hook.entries()["tracker.finished_over_bound"] == 0
         # A reused id starts clean: no stale steering script is forced into it.
         lab.add_request(small, max_tokens=12, request_id="again")
         lab.steer("again", "<local 1>")
@@ -100,7 +101,8 @@ def test_leak_per_request_state_returns_to_zero(lab):
         assert "<local" not in lab.requests["again"]["text"]
         assert not lab.request_state("again").ever_masked
     finally:
-        lab.keep_finished = lab.tracker.keep_finished = lab.tracker.keep_warnings = 256
+        lab.keep_finished = 256
+        lab.hook.configure(keep_finished=256, keep_warnings=256)
 
 
 def test_a_preemption_right_after_a_tags_close_is_flagged(lab):

@@ -311,7 +311,7 @@ def test_ask_cli_check_tool_and_bench_extra_body(server, client, tmp_path):
     import subprocess
     import sys
 
-    from da_lab.serve.bench import extra_body
+    from da_lab.bench.served import extra_body
 
     files = []
     for i, text in enumerate(seed_texts(4)[1], start=1):

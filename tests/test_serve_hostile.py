@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import httpx
 import pytest
@@ -100,12 +101,14 @@ def test_a_reused_da_id_is_a_400_and_never_touches_the_running_request(server, c
     seed = lab.seed_prompt()
     solo = client.send(seed, tags=SCENARIO, max_tokens=200, ignore_eos=True)
     first: dict = {}
-    started = threading.Event()
+    started, refused = threading.Event(), threading.Event()
 
     def long_one():
+        # Far more tokens than it reads: it is still running whenever the reuse arrives, however
+        # fast the machine; it leaves after its 200th token, which must free the id.
         with httpx.stream("POST", server.url + "/v1/completions", headers=AUTH, timeout=300,
                           json={"model": client.model, "prompt": seed.token_ids,
-                                "max_tokens": 200, "temperature": 0, "ignore_eos": True,
+                                "max_tokens": 6000, "temperature": 0, "ignore_eos": True,
                                 "stream": True, "return_token_ids": True,
                                 "vllm_xargs": xargs(seed, da_id="taken")}) as r:
             toks = []
@@ -113,7 +116,9 @@ def test_a_reused_da_id_is_a_400_and_never_touches_the_running_request(server, c
                 if line.startswith("data: {"):
                     started.set()
                     toks += json.loads(line[6:])["choices"][0].get("token_ids") or []
-            first["tokens"] = toks
+                if len(toks) >= 200 and refused.wait(120):
+                    break
+            first["tokens"] = toks[:200]
 
     t = threading.Thread(target=long_one)
     t.start()
@@ -121,14 +126,24 @@ def test_a_reused_da_id_is_a_400_and_never_touches_the_running_request(server, c
     r = post(server, "/v1/completions", {"model": client.model, "prompt": seed.token_ids,
                                           "max_tokens": 40, "vllm_xargs": xargs(seed,
                                                                                 da_id="taken")})
+    refused.set()
     assert r.status_code == 400 and "still running" in r.json()["error"]["message"], r.text
     t.join(300)
     assert first["tokens"] == solo.token_ids
     s = stats(server, "taken").json()
     assert s["mode_switches"] == ["focus", "local", "global"] and s["steps"] >= 200, s
-    again = completion(server, client, seed.token_ids, xargs(seed, da_id="taken"),
-                       max_tokens=40)
-    assert len(again["choices"][0]["token_ids"]) == 40       # finished: the id is free again
+    deadline = time.monotonic() + 60
+    while True:                                              # the client left: vLLM aborts it
+        r = post(server, "/v1/completions", {"model": client.model, "prompt": seed.token_ids,
+                                              "max_tokens": 40, "temperature": 0,
+                                              "ignore_eos": True, "return_token_ids": True,
+                                              "vllm_xargs": xargs(seed, da_id="taken")})
+        if r.status_code == 200 or time.monotonic() > deadline:
+            break
+        assert "still running" in r.json()["error"]["message"], r.text
+        time.sleep(0.5)
+    assert r.status_code == 200, r.text
+    assert len(r.json()["choices"][0]["token_ids"]) == 40    # the id is free again
     assert stats(server, "taken").json()["steps"] < 60       # and names the newest request
 
 

@@ -17,7 +17,7 @@ def blocks_of(n_tokens: int, bs: int) -> int:
 
 
 class Measuring:
-    """Needs from the host class: spec, doc, engine, plugin, tracker, recorder, counts,
+    """Needs from the host class: spec, doc, engine, plugin, hook, recorder, counts,
     num_blocks, tok_vocab, tag_ids, step(), hook_log(), left(), flush(), profile()."""
 
     def prompts(self, context: int, batch: int, length: int) -> list[list[int]]:
@@ -79,8 +79,8 @@ class Measuring:
     def _add_requests(self, context: int, batch: int, layout, length: int) -> list[str]:
         from vllm import SamplingParams
 
+        from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
         from da_lab.engine.access import output_kind
-        from da_lab.hook.state import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
 
         mode = self.spec["mode"]
         tag = self.tag_ids.get(mode, [])
@@ -159,7 +159,7 @@ class Measuring:
                 self.recorder.skipped_steps()
         if self.plugin:
             for r in rids:
-                self.tracker.end_script(r)
+                self.hook.forget_script(r)
             self.hook_log()
 
     def timed_windows(self, steps: int, repeats: int) -> tuple[list[float], int, float]:

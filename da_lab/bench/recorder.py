@@ -8,14 +8,15 @@ from pathlib import Path
 
 
 class Recorder:
-    """What `Lab.step()` does per step when recording (da_lab/engine/lab.py), with the Lab's own
-    record builder (`step_record`): collect the hook's log
-    (full rows: TRACKER.record_rows = True), update the physical KV map (kvmap.KVTracker),
+    """What `Lab.step()` does per step when recording (da_lab/engine/lab.py), with the one
+    record builder (`StepRecord.build`): collect the hook's log (full rows: the worker runs
+    with record_rows), update the physical KV map (kvmap.KVTracker),
     build the StepRecord and hand it to the trace writer, which encodes and compresses in a
     child process (da_lab.trace.process.ProcessTraceWriter)."""
 
     def __init__(self, path: Path, core, runner, provenance: dict) -> None:
         from da_lab.engine import kvmap
+        from da_lab.trace.format import header
         from da_lab.trace.process import ProcessTraceWriter
 
         self.path = path
@@ -26,23 +27,24 @@ class Recorder:
             skel = skeleton(runner)
         except Exception as e:   # noqa: BLE001 - the header's diagram data is not timed
             skel = {"error": f"{type(e).__name__}: {e}"}
-        self.writer = ProcessTraceWriter(path, {"provenance": provenance, "skeleton": skel,
-                                                "initial_kv": self.kv.changes_from_empty()})
+        self.writer = ProcessTraceWriter(path, header(provenance, skel,
+                                                      self.kv.changes_from_empty()))
         self.step_index = 0
         self.added: list[dict] = []
         self.hook_log: list = []   # hook/context.HookStep
         self.seconds = 0.0
 
     def on_step(self, outs, wall: float) -> None:
-        from da_lab.engine.lab import step_record
-        from da_lab.hook.state import TRACKER
+        from da_lab.core.record import StepRecord
+        from da_lab.engine.lab import engine_outputs
+        from da_lab.hook.session import SESSION
 
         t0 = time.perf_counter()
-        hook = TRACKER.reset_log()
-        self.hook_log += hook
-        rec = step_record(self.step_index, wall, hook, outs, self.added)
+        report = SESSION.after_step()
+        self.hook_log += report.steps
+        rec = StepRecord.build(self.step_index, wall, report.steps, engine_outputs(outs),
+                               self.added, report.warnings, kv=self.kv.update())
         self.added = []
-        rec.kv = self.kv.update()
         self.writer.write(rec)
         self.step_index += 1
         self.seconds += time.perf_counter() - t0

@@ -10,8 +10,8 @@ server's edge takes each prompt's own length) and its chunks end two blocks befo
 `da-lab bench`'s (da_lab/bench/plan.py bench_layout: 16 chunks; FOCUS on C2,C7 keeps ~15% of
 the blocks in the middle of the decode), and the director writes the mode's tag at output 0.
 
-    python -m da_lab.serve.bench --input-len 65536 --output-len 256 --mode focus
-    vllm bench serve ... --extra-body "$(python -m da_lab.serve.bench ...)"
+    python -m da_lab.bench.served --input-len 65536 --output-len 256 --mode focus
+    vllm bench serve ... --extra-body "$(python -m da_lab.bench.served ...)"
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def extra_body(input_len: int, output_len: int, mode: str = "focus", *, block_si
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m da_lab.serve.bench", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m da_lab.bench.served", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--input-len", type=int, required=True, help="--random-input-len")
     ap.add_argument("--output-len", type=int, required=True, help="--random-output-len")

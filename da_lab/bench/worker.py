@@ -90,11 +90,11 @@ class Child(Measuring):
                       load_format=s["load_format"])
         if self.plugin:
             from da_lab.hook import register
-            from da_lab.hook.state import TRACKER
+            from da_lab.hook.session import SESSION
 
             register()                 # also loaded by vLLM when installed; idempotent
-            TRACKER.record_rows = s["mode"] == "global_recording"
-            self.tracker = TRACKER     # the hook itself forces the director's tag tokens
+            SESSION.configure(record_rows=s["mode"] == "global_recording")
+            self.hook = SESSION        # the hook itself forces the director's tag tokens
         blocks = self.kv_blocks(self.torch)
         if blocks:
             kwargs["num_gpu_blocks_override"] = blocks
@@ -140,11 +140,11 @@ class Child(Measuring):
         tok = Tokenizer.from_file(str(Path(s["model_path"]) / "tokenizer.json"))
         self.tok_vocab = tok.get_vocab_size()
         self.tag_ids = {m: tok.encode(t, add_special_tokens=False).ids for m, t in TAGS.items()}
-        tracker = getattr(self, "tracker", None)
+        hook = getattr(self, "hook", None)
         self.doc.update({
             "vllm": engine_name(), "device": _device_name(torch), "runner": _cls(self.runner),
-            "hook_runner": tracker and tracker.runner_class,
-            "backend": tracker and tracker.backend or None,
+            "hook_runner": hook and hook.runner_class,
+            "backend": hook and hook.backend or None,
             "attn_backend": access.attention_backends(self.runner),
             "da_hook_registered": bool(H._installed or access.da_hook_wrapped()),
             "plugin": self.plugin,
@@ -201,10 +201,11 @@ class Child(Measuring):
     def hook_log(self) -> list:
         if not self.plugin:
             return []
+        steps = self.hook.after_step().steps
         if self.recorder is not None:
             log, self.recorder.hook_log = self.recorder.hook_log, []
-            return log + self.tracker.reset_log()
-        return self.tracker.reset_log()
+            return log + steps
+        return steps
 
     def run(self) -> None:
         s = self.spec

@@ -42,35 +42,12 @@ VOLATILE = ("hook_us",)
 # ---- runs in every worker process (sent by collective_rpc) -----------------------------------
 def worker_log(worker=None) -> str:
     """This rank's hook log as JSON: who ran, every step record, every DA request's state."""
-    import da_lab.hook as hook
     from da_lab.engine.access import tp_rank_info
-    from da_lab.hook.state import TRACKER
+    from da_lab.hook.session import SESSION
 
     rank, comm = tp_rank_info()
-    TRACKER.settle()      # step records whose host copies were in flight (CUDA)
-    # Tokens sampled at the last step reach `captured` when the next step drains them; read
-    # them here without draining (the hook's state is left as it is).
-    pending: dict[str, list[int]] = {}
-    for _, rows, host, ev in TRACKER.pending_outputs:
-        if ev is not None:
-            ev.synchronize()
-        toks = host.tolist()
-        for rid, i in rows:
-            pending.setdefault(rid, []).append(int(toks[i]))
-    reqs = {}
-    for st in list(TRACKER.finished.values()) + list(TRACKER.requests.values()):
-        reqs[st.da_id] = {
-            "events": st.events,
-            "mask_history": [[int(a), int(b), None if k is None else [int(x) for x in k]]
-                             for a, b, k in st.mask_history],
-            "captured": [int(t) for t in st.captured] + pending.get(st.req_id, []),
-            "text": st.text}
-    return json.dumps({"rank": rank, "pid": os.getpid(), "hook_installed": hook._installed,
-                       "tp_communicator": comm,
-                       "runner_class": TRACKER.runner_class, "backend": TRACKER.backend,
-                       "device": TRACKER.device, "steps": [s.to_json() for s in TRACKER.steps],
-                       "requests": reqs,
-                       "warnings": TRACKER.warnings}, default=_jsonable)
+    return json.dumps({"rank": rank, "pid": os.getpid(), "tp_communicator": comm,
+                       **SESSION.rank_log()}, default=_jsonable)
 
 
 def _jsonable(o):
@@ -100,7 +77,7 @@ def request_params(tokenizer, prompt, tags, max_tokens: int, da_id: str):
     extra_args); returns (params, forced output indices)."""
     from vllm import SamplingParams
 
-    from da_lab.hook.state import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
+    from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
 
     script = sorted([int(at), tokenizer.encode(t, add_special_tokens=False)] for at, t in tags)
     for (a, ids), (b, _) in zip(script, script[1:], strict=False):

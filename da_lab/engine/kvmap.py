@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from da_lab.hook.state import EXTRA_ID
+from da_lab.core.wire import EXTRA_ID
 
 
 def _name(sched, rid: str) -> str:

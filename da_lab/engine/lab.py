@@ -10,17 +10,16 @@ import json
 import os
 import time
 import uuid
-from datetime import UTC
 from pathlib import Path
 
-from da_lab import __version__
 from da_lab.core.layout import BLOCK_SIZE, DAPrompt, build_prompt, seed_texts
-from da_lab.core.record import RequestStep, StepRecord
+from da_lab.core.record import StepRecord
 from da_lab.engine import access, kvmap, startup, steering, validate
 from da_lab.engine.env import LAB_ENV, apply_env, engine_name  # noqa: F401 - re-exported
 from da_lab.engine.models import build_tiny_model
 from da_lab.engine.quiet import quiet_engine_start
 from da_lab.engine.results import flag_requests, prune_finished, request_result
+from da_lab.trace.format import header, provenance
 
 _live_lab: Lab | None = None
 
@@ -46,25 +45,11 @@ def precheck_model(path: str | Path) -> None:
                          "several KV-cache groups, which the DA hook does not support")
 
 
-def step_record(index: int, wall: float, hook_log: list, outs, added: list[dict],
-                warnings: list[dict] = ()) -> StepRecord:
-    """One engine step's record: the hook's RequestSteps (hook/context.HookStep, normally one
-    metadata build per step) with the engine's new tokens set on them."""
-    hook_us, metadata = 0.0, None
-    by_req: dict[str, RequestStep] = {}
-    for h in hook_log:
-        hook_us += h.hook_us
-        metadata = h.metadata or metadata
-        for r in h.requests:
-            by_req[r.req] = r
-    for o in outs:
-        c = o.outputs[0]
-        r = by_req.get(o.request_id)
-        if r is None:            # a request the hook does not track
-            r = by_req[o.request_id] = RequestStep(o.request_id)
-        r.set_output(list(c.token_ids), c.text, o.finished)
-    return StepRecord(index, wall, hook_us, list(by_req.values()), metadata=metadata,
-                      added=added, warnings=list(warnings))
+def engine_outputs(outs) -> list[tuple]:
+    """(request id, new token ids, new text, finished) per vLLM RequestOutput of a step: what
+    StepRecord.build sets on the step's RequestSteps."""
+    return [(o.request_id, o.outputs[0].token_ids, o.outputs[0].text, o.finished)
+            for o in outs]
 
 
 class Lab:
@@ -122,7 +107,7 @@ class Lab:
             from vllm import LLM
 
             from da_lab.hook import register
-            from da_lab.hook.state import TRACKER
+            from da_lab.hook.session import SESSION
 
             register()   # also loaded by vLLM as a plugin; idempotent
         self._phase("starting the engine")
@@ -135,8 +120,8 @@ class Lab:
             eager = not cuda
         if cuda:
             engine_kwargs.setdefault("gpu_memory_utilization", 0.2)
-        self.tracker = TRACKER
-        self.tracker.record_rows = record_rows
+        self.hook = SESSION           # the one door to the DA hook (hook/session.py)
+        self.hook.configure(record_rows=record_rows)
         self.block_size = block_size
         self.requested_runner = runner
         self.eager = eager
@@ -167,7 +152,7 @@ class Lab:
             kind = self.runner_kind
             self.shutdown()
             raise RuntimeError(f"asked for the {runner} model runner but vLLM started the "
-                               f"{kind} one ({self.tracker.runner_class})")
+                               f"{kind} one ({self.hook.runner_class})")
 
     # ---- prompts and requests ------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -189,7 +174,7 @@ class Lab:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        from da_lab.hook.state import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
+        from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
 
         rid = request_id or f"r{len(self.requests)}-{uuid.uuid4().hex[:6]}"
         validate.check_request_id(rid, self.requests)
@@ -201,7 +186,7 @@ class Lab:
         if tags:
             extra[EXTRA_DIRECTOR] = [[at, self.encode(text)] for at, text in tags]
             validate.check_tags(extra[EXTRA_DIRECTOR], max_tokens)
-        self.tracker.end_script(rid)   # a reused id starts without the old request's steering
+        self.hook.forget_script(rid)   # a reused id starts without the old request's steering
         self.requests.pop(rid, None)
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
                                 output_kind=RequestOutputKind.DELTA, extra_args=extra,
@@ -228,7 +213,7 @@ class Lab:
         plan = steering.plan(self, rid, tag)
         if not plan.ok:
             raise ValueError(plan.reason)
-        self.tracker.steer(rid, plan.at, plan.ids)
+        self.hook.steer(rid, plan.at, plan.ids)
         r = self.requests[rid]
         r["forced"].update(range(plan.at, plan.at + len(plan.ids)))
         r["script"].append((plan.at, len(plan.ids), tag))
@@ -246,7 +231,7 @@ class Lab:
         if not r["finished"]:
             self.engine.abort_request([rid])
             r["finished"] = True
-        self.tracker.end(rid)
+        self.hook.end(rid)
 
     def result(self, rid: str) -> dict:
         """A request's outcome as the user should read it: tokens, text, whether it finished,
@@ -258,18 +243,14 @@ class Lab:
     # ---- stepping ------------------------------------------------------------------------
     def step(self) -> StepRecord:
         """Run exactly one engine step and return its record."""
-        from da_lab.hook.metadata import drain as drain_sampled
-
-        n_warn = self.tracker.warnings_total
         t0 = time.perf_counter()
         outs = self.engine.step()
         wall = time.perf_counter() - t0
-        drain_sampled()      # hand this step's tokens to the tag machine now, not next step
-        warnings = self.tracker.new_warnings(n_warn)
-        rec = step_record(self.step_index, wall, self.tracker.reset_log(), outs, self._added,
-                          warnings)
+        report = self.hook.after_step([o.request_id for o in outs if o.finished])
+        rec = StepRecord.build(self.step_index, wall, report.steps, engine_outputs(outs),
+                               self._added, report.warnings)
         self._added = []
-        flag_requests(self.requests, warnings)
+        flag_requests(self.requests, report.warnings)
         for o in outs:
             c = o.outputs[0]
             r = self.requests.get(o.request_id)
@@ -279,8 +260,6 @@ class Lab:
                     r.setdefault("logprobs", []).extend(c.logprobs)
                 r["text"] += c.text
                 r["finished"] = o.finished
-            if o.finished:
-                self.tracker.end(o.request_id)
         prune_finished(self.requests, self.keep_finished)
         if self.track_kv:
             rec.kv = self._kv.update()
@@ -303,24 +282,20 @@ class Lab:
 
     def request_state(self, rid: str):
         """The hook's state of a request (live or finished): events, mask history, text."""
-        t = self.tracker
-        for st in list(t.requests.values()) + list(t.finished.values()):
-            if st.da_id == rid:
-                return st
-        return None
+        return self.hook.request_state(rid)
 
     @property
     def runner_class(self) -> str:
-        return self.tracker.runner_class
+        return self.hook.runner_class
 
     @property
     def runner_kind(self) -> str:
         """'v2' for vLLM's V2 GPU model runner (v1/worker/gpu/), else 'v1'."""
-        return "v2" if ".worker.gpu.model_runner" in self.tracker.runner_class else "v1"
+        return "v2" if ".worker.gpu.model_runner" in self.hook.runner_class else "v1"
 
     @property
     def device(self) -> str:
-        return self.tracker.device
+        return self.hook.device
 
     @property
     def engine_name(self) -> str:
@@ -337,19 +312,19 @@ class Lab:
         return skeleton(self._runner)
 
     def provenance(self) -> dict:
-        from datetime import datetime
-
-        return {"vllm": self.engine_name, "device": self.device, "model": self.model,
-                "model_name": Path(self.model).name, "runner": self.runner_class,
-                "runner_kind": self.runner_kind,
-                "graphs": "eager" if self.eager else self._graph_mode(),
-                "backend": self.tracker.backend, "block_size": self.block_size,
-                "num_blocks": self.num_blocks, "da_lab": __version__,
-                "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+        return provenance(vllm=self.engine_name, device=self.device, model=self.model,
+                          runner=self.runner_class, backend=self.hook.backend,
+                          block_size=self.block_size, num_blocks=self.num_blocks,
+                          runner_kind=self.runner_kind,
+                          graphs="eager" if self.eager else self._graph_mode())
 
     def _graph_mode(self) -> str:
         mode = self.llm.llm_engine.vllm_config.compilation_config.cudagraph_mode
         return str(getattr(mode, "name", mode)).lower()
+
+    def trace_header(self) -> dict:
+        """The header a recording started now carries (trace/format.header)."""
+        return header(self.provenance(), self.skeleton(), self.kv_changes_from_empty())
 
     def record(self, path: str | Path):
         """Record every following step to a trace file (.jsonl.gz, or .parquet for large
@@ -358,9 +333,7 @@ class Lab:
         from da_lab.trace.process import ProcessTraceWriter
 
         self.stop_recording()
-        header = {"provenance": self.provenance(), "skeleton": self.skeleton(),
-                  "initial_kv": self.kv_changes_from_empty()}
-        self._writer = ProcessTraceWriter(path, header)
+        self._writer = ProcessTraceWriter(path, self.trace_header())
         return self._writer
 
     def stop_recording(self) -> None:
@@ -385,7 +358,7 @@ class Lab:
         except Exception:   # noqa: BLE001 - best effort; the process may be exiting anyway
             pass
         self.llm = self.engine = None
-        self.tracker.clear()
+        self.hook.clear()
         gc.collect()
         if _live_lab is self:
             _live_lab = None

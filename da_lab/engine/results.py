@@ -42,10 +42,6 @@ def request_result(requests: dict, rid: str) -> dict:
 def per_request_entries(lab) -> dict[str, int]:
     """Entries that must be 0 whenever no request runs: live per-request state anywhere, and
     finished histories beyond their bounds (tests and bench/reliability.py count these)."""
-    t = lab.tracker
-    return {"tracker.requests": len(t.requests), "tracker.refused": len(t.refused),
-            "tracker.pending_outputs": len(t.pending_outputs), "tracker.scripts": len(t.scripts),
+    return {**lab.hook.entries(),
             "lab.running": sum(not r["finished"] for r in lab.requests.values()),
-            "tracker.finished_over_bound": max(0, len(t.finished) - t.keep_finished),
-            "lab.requests_over_bound": max(0, len(lab.requests) - lab.keep_finished),
-            "tracker.warnings_over_bound": max(0, len(t.warnings) - t.keep_warnings)}
+            "lab.requests_over_bound": max(0, len(lab.requests) - lab.keep_finished)}

@@ -26,7 +26,7 @@ def forced_argmax(lab, prompt: DAPrompt | list[int], tokens: list[int], *,
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    from da_lab.hook.state import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
+    from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
 
     if lab.has_unfinished():
         raise RuntimeError("forced_argmax needs an idle Lab: finish its requests first")
@@ -47,7 +47,7 @@ def forced_argmax(lab, prompt: DAPrompt | list[int], tokens: list[int], *,
                 c = o.outputs[0]
                 written += list(c.token_ids)
                 got += [top1(lp) for lp in (c.logprobs or [])]
-        lab.tracker.reset_log()          # these steps are not the Lab's to record
+        lab.hook.discard_steps()         # these steps are not the Lab's to record
     lab._kv.invalidate()     # the KV map changed in steps the Lab did not see
     if written != [int(t) for t in tokens] or len(got) != len(tokens):
         raise RuntimeError(f"teacher forcing: the engine wrote {len(written)} tokens with "
