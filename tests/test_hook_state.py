@@ -113,7 +113,7 @@ def _drained_after(lag: int) -> list[list[int]]:
     """Queue one sampled token per step for request 'a' and record what each drain hands over."""
     import torch
 
-    from da_lab.hook import sampled
+    from da_lab.hook.runners import common
     from da_lab.hook.state import TRACKER, RequestState
 
     saved = (TRACKER.requests, TRACKER.pending_outputs, TRACKER.step_index, TRACKER.token_lag)
@@ -124,9 +124,9 @@ def _drained_after(lag: int) -> list[list[int]]:
     seen = []
     try:
         for s in range(4):
-            sampled.drain()                   # what the decision of step s may read
-            seen.append(list(st.captured))
-            TRACKER.begin_step()
+            # The runners' own step start: drain, advance, decide (what step s may read).
+            common.begin_step(lambda: seen.append(list(st.captured)))
+            assert TRACKER.step_index == s
             TRACKER.pending_outputs.append((s, [("a", 0)], torch.tensor([10 + s]), _Landed()))
     finally:
         TRACKER.requests, TRACKER.pending_outputs, TRACKER.step_index, TRACKER.token_lag = saved

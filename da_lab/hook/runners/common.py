@@ -103,9 +103,14 @@ def note_runner(runner, attn_groups) -> None:
 def begin_step(decide, *args):
     """A model-runner step with real requests starts: advance the hook's step, decide, and make
     the decision this thread's step context for the builder and sampler wrappers."""
+    try:
+        # Before the step advances: drain reads the tokens of steps up to token_lag before the
+        # one that starts (run after it, it would wait on the step still on the GPU each step).
+        sampled.drain()
+    except Exception as e:   # noqa: BLE001 - a hook bug turns DA off, never the engine
+        TRACKER.hook_error("reading the sampled tokens", e)
     TRACKER.begin_step()
     try:
-        sampled.drain()
         d = decide(*args)
     except Exception as e:   # noqa: BLE001 - a hook bug turns DA off, never the engine
         TRACKER.hook_error("the step's decision", e)
