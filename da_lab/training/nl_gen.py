@@ -36,7 +36,7 @@ from da_lab.training import nl_values as V
 from da_lab.training.nl_docs import document
 from da_lab.training.nl_domains import multi_forms, possessive, question_forms
 from da_lab.training.nl_local import local_question
-from da_lab.training.task import HELDOUT, TRAIN, Sample, rng_for
+from da_lab.training.task import HELDOUT, TRAIN, Sample, _pick_kind, rng_for
 
 __all__ = ["TRAIN", "HELDOUT", "EVAL_SEED", "make_sample", "sample", "held_out", "domains"]
 
@@ -154,15 +154,6 @@ def _size(rng, n_chunks, context) -> tuple[int, int]:
     return n, max(30, (target - 140) // n - 20)
 
 
-def _pick_kind(rng, kind, n: int) -> str:
-    if kind is None:
-        u = rng.random()
-        kind = "local" if u < P_LOCAL else "multi" if u < P_LOCAL + P_MULTI else "single"
-    if kind not in ("single", "multi", "local"):
-        raise ValueError(f"unknown kind {kind!r}")
-    return "single" if kind == "multi" and n < 2 else kind
-
-
 def make_sample(rng, *, heldout: bool = False, split: str = "train", kind: str | None = None,
                 n_chunks=None, context=None, turns: int = 1, tok=None) -> Sample:
     """One sample from `rng` (see the module docstring). `split` picks the domains, `heldout`
@@ -170,7 +161,7 @@ def make_sample(rng, *, heldout: bool = False, split: str = "train", kind: str |
     tok = tok or N.tokens()
     doms = domains(split)
     n, budget = _size(rng, n_chunks, context)
-    kind = _pick_kind(rng, kind, n)
+    kind = _pick_kind(rng, kind, n, P_LOCAL, P_MULTI)     # the records task's rule
     targets = {"local": 0, "single": 1, "multi": 2}[kind]
     asked = V.pick(rng, doms) if targets else None
     attr = V.pick(rng, asked.attrs).key if targets else None
