@@ -203,6 +203,12 @@ def _eval_args(args) -> tuple[dict, str | None]:
                                  ("n_chunks", parse_range(args.chunks, "--chunks"))) if v}
     except ValueError as e:
         return {}, str(e)
+    if args.domains:
+        gen["split"] = args.domains
+    if args.prompts and gen:
+        return {}, "--prompts takes its documents from the file: no --context, --chunks, --domains"
+    if args.prompts and not os.path.isfile(args.prompts):
+        return {}, f"--prompts {args.prompts}: no such file"
     if args.device != "auto":
         import torch
 
@@ -228,7 +234,8 @@ def cmd_eval(args) -> int:
     try:
         res = run_eval(args.n, args.model, task=args.task, seed=args.seed, wave=args.wave,
                        max_tokens=args.max_tokens, ablations=args.ablations,
-                       base=not args.no_base, gen=gen, async_scheduling=args.async_scheduling,
+                       base=not args.no_base, gen=gen, prompts=args.prompts,
+                       async_scheduling=args.async_scheduling,
                        progress=not args.json)
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         print(f"da-lab: {e}", file=sys.stderr)
@@ -294,7 +301,16 @@ def _add_serving(sub) -> None:
 def _eval_parser(sub, argv) -> None:
     ev = sub.add_parser("eval", help="held-out tag and answer accuracy of a model that writes "
                                      "its own tags, through the engine with the DA hook")
-    ev.add_argument("--n", type=int, default=500, help="held-out prompts (default 500)")
+    ev.add_argument("--n", type=int, default=None,
+                    help="held-out prompts (default 500; with --prompts: all of the file's)")
+    ev.add_argument("--prompts", metavar="FILE.jsonl",
+                    help="your own documents and questions, one JSON object per line: "
+                         '{"documents": [...], "question": "...", "answer": [values], '
+                         '"needs": [document numbers], "wrong": [values]?, "id"?, "set"?} '
+                         "(da_lab/training/eval_prompts.py)")
+    ev.add_argument("--domains", choices=("train", "heldout"), default=None,
+                    help="nl task: the generator's training domains (default) or the domains "
+                         "held out of training")
     ev.add_argument("--model", help="da-tiny-tags, smollm2-da (the fine-tuned SmolLM2), "
                                     "another name of da_lab.engine.models or a local Hugging "
                                     "Face folder (default: the embedded default model)")
@@ -313,8 +329,8 @@ def _eval_parser(sub, argv) -> None:
                     help="prompts in flight at once (default 64 on CUDA, 8 on the CPU)")
     ev.add_argument("--max-tokens", type=int, default=None,
                     help="reply length cap (default 24 records, 64 nl)")
-    ev.add_argument("--context", help="nl task: prompt tokens, N or LO,HI (default 1024,7168)")
-    ev.add_argument("--chunks", help="nl task: documents per prompt, N or LO,HI (default 8,32)")
+    ev.add_argument("--context", help="nl task: prompt tokens, N or LO,HI (default 600,6000)")
+    ev.add_argument("--chunks", help="nl task: documents per prompt, N or LO,HI (default 4,32)")
     ev.add_argument("--seed", type=int, default=None, help="held-out seed (default: the "
                                                            "task's EVAL_SEED)")
     ev.add_argument("--json", action="store_true", help="the whole eval document (provenance, "

@@ -15,7 +15,7 @@ from da_lab.core.record import RequestStep
 from da_lab.core.tags import Directive, Mode, parse_tag
 from da_lab.training import eval_tasks as E
 from da_lab.training import task as T
-from da_lab.training.eval_base import gen_args, parse_range
+from da_lab.training.eval_base import parse_range
 from da_lab.training.eval_engine import blocks_for, kept_after_tag, trapped_from
 
 
@@ -80,8 +80,6 @@ def test_generator_ranges_parse_and_refuse_clearly():
     for bad in ("400,300", "a,b", "0", "1,2,3"):
         with pytest.raises(ValueError, match="--context takes"):
             parse_range(bad, "--context")
-    assert gen_args({"context": (300, 400), "n_chunks": (2, 4)}) == ["--context", "300,400",
-                                                                    "--chunks", "2,4"]
 
 
 def test_task_is_picked_by_model():

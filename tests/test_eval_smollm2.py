@@ -11,12 +11,14 @@ import sys
 import pytest
 
 from da_lab.training import eval_tasks as E
+from da_lab.training import nl_gen as G
 from da_lab.training import nl_task as N
 from da_lab.training.evaluate import KEYS
 
 N_PROMPTS = 6
 GEN = ["--context", "300,400", "--chunks", "2,4"]
-ROW_KEYS = {"id", "kind", "expected_tag", "expected_answer", "expected_values", "n_chunks",
+ROW_KEYS = {"id", "set", "kind", "question", "foreign_words", "expected_tag", "expected_answer",
+            "expected_values", "n_chunks",
             "prompt_tokens", "tag_written", "tag_correct", "text", "answer", "correct",
             "blocks_total", "blocks_read_after_tag", "blocks_read_fraction_after_tag",
             "kept_after_tag", "all_blocks_text", "all_blocks_correct", "base_text",
@@ -40,7 +42,7 @@ def run(tmp_path_factory):
     assert len(lines) == 1, p.stdout[-2000:]
     doc = json.loads(lines[0])
     assert json.loads(f.read_text()) == doc
-    samples = N.held_out(N_PROMPTS, doc["seed"], context=(300, 400), n_chunks=(2, 4))
+    samples = G.held_out(N_PROMPTS, doc["seed"], context=(300, 400), n_chunks=(2, 4))
     return doc, samples, "da-lab " + " ".join(argv)
 
 
@@ -61,7 +63,8 @@ def test_document_has_every_key_and_one_row_per_prompt(run):
     # a tag takes effect at the very next step in both engines (no async scheduling)
     assert doc["async_scheduling"] is False and doc["base"]["async_scheduling"] is False
     assert doc["n"] == N_PROMPTS and len(doc["rows"]) == N_PROMPTS
-    for k in KEYS[1:]:
+    assert not any(s.kind == "local" for s in samples) and doc["local_accuracy"] is None
+    for k in KEYS[1:-1]:
         assert 0.0 <= doc[k] <= 1.0, k          # every one measured: none is None here
     for r, s in zip(doc["rows"], samples, strict=True):
         assert set(r) == ROW_KEYS

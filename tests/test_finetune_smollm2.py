@@ -9,7 +9,7 @@ import pytest
 
 from da_lab.engine import smollm2 as S
 from da_lab.training import finetune as F
-from da_lab.training import nl_task as N
+from da_lab.training import nl_gen as G
 
 LAYERS = 2
 
@@ -64,7 +64,7 @@ def test_delta_loads_back_and_merges_to_the_same_logits(run):
     merged.tie_weights()
     merged.eval()
     model.eval()
-    s = N.sample(9, 0, N.HELDOUT, context=300, n_chunks=2)
+    s = G.sample(9, 0, G.HELDOUT, context=300, n_chunks=2)
     ids = torch.tensor([s.ids])
     with torch.no_grad():
         a = model(input_ids=ids).logits

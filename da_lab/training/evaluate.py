@@ -22,8 +22,13 @@ Summary (KEYS): n; tag_accuracy (the first tag names exactly the right chunk(s) 
 da_answer_accuracy; all_blocks_answer_accuracy; base_all_blocks_answer_accuracy;
 wrong_tag_answer_accuracy; hidden_chunk_answer_accuracy (None when not run);
 blocks_read_fraction_after_tag (mean over the DA runs' decode steps from the one that trapped
-the first tag on, of blocks read / blocks in the row; 1.0 when no tag was ever trapped). How an
-answer counts as right: eval_tasks.py. `document()` is what `--json` / `--out` write.
+the first tag on, of blocks read / blocks in the row; 1.0 when no tag was ever trapped);
+local_accuracy (of the prompts that need no document, the share whose first tag is <local>;
+None when there are none). Beside them foreign_word_rate: of the answers to document
+questions, the share whose first sentence holds a word that is in neither the documents nor
+the question (a word borrowed from a training template: "serves 400 inhabitants"). How an
+answer counts as right: eval_tasks.py. `document()` is what `--json` / `--out` write; rows
+from a prompts file with "set" fields are also summarised by set.
 """
 
 from __future__ import annotations
@@ -42,11 +47,12 @@ from da_lab.training.eval_engine import (
     scheduling,
     trapped_from,
 )
+from da_lab.training.nl_task import foreign_words
 from da_lab.training.task import first_tag
 
 KEYS = ("n", "tag_accuracy", "da_answer_accuracy", "all_blocks_answer_accuracy",
         "base_all_blocks_answer_accuracy", "wrong_tag_answer_accuracy",
-        "hidden_chunk_answer_accuracy", "blocks_read_fraction_after_tag")
+        "hidden_chunk_answer_accuracy", "blocks_read_fraction_after_tag", "local_accuracy")
 # Older name of the per-step fractions (tests and notebooks used it).
 _fraction_after_tag = fraction_after_tag
 
@@ -90,11 +96,13 @@ def _score(tk, s, pid: str, outs: dict, i: int, base_text: str | None) -> dict:
     d_tag, d_ans = answer_text(da.text, nc)
     fr = fraction_after_tag(da.rows)
     after = [r.blocks_read for r in trapped_from(da.rows)]
-    row = {"id": pid, "kind": s.kind, "expected_tag": s.tag, "expected_answer": s.answer,
+    row = {"id": pid, "set": s.meta.get("set"), "kind": s.kind, "question": s.meta["question"],
+           "expected_tag": s.tag, "expected_answer": s.answer,
            "expected_values": tk.expected_values(s), "n_chunks": nc,
            "prompt_tokens": len(s.prompt.token_ids),
            "tag_written": tag_written(da.text, nc), "tag_correct": d_tag == s.directive,
            "text": da.text, "answer": d_ans, "correct": tk.correct(d_ans, s),
+           "foreign_words": None if s.kind == "local" else foreign_words(d_ans, s),
            "blocks_total": da.rows[-1].blocks_total if da.rows else None,
            "blocks_read_after_tag": round(sum(after) / len(after), 2) if after else None,
            "blocks_read_fraction_after_tag": round(sum(fr) / len(fr), 4) if fr else None,
@@ -131,26 +139,27 @@ def _progress(n: int, on: bool):
     return tqdm(total=n, desc="eval", unit="prompt", file=sys.stderr, mininterval=1.0)
 
 
-def run_eval(n: int = 500, model=None, *, task: str = "auto", seed: int | None = None,
+def run_eval(n: int | None = 500, model=None, *, task: str = "auto", seed: int | None = None,
              wave: int | None = None, max_tokens: int | None = None, ablations: bool = False,
-             base: bool = True, gen: dict | None = None, lab=None,
+             base: bool = True, gen: dict | None = None, lab=None, prompts=None,
              async_scheduling: bool = False, progress: bool = True) -> dict:
     """Evaluate `model` (a name of da_lab.engine.models or a folder; default: the lab's default
-    model) on n held-out prompts of its task. Starts its own engine unless `lab` (an idle Lab
-    on that model) is given; the base model (nl task, `base`) runs in a child process first.
-    `gen`: the nl generator's context / n_chunks ranges (default: the training ranges);
-    `async_scheduling`: let a GPU engine schedule ahead (eval_engine.start_lab).
-    Returns KEYS, by_kind, rows (one per prompt) and the run's provenance and timings."""
+    model) on n held-out prompts of its task, or on the prompts of a file (`prompts`: all of
+    them, or the first n). Starts its own engine unless `lab` (an idle Lab on that model) is
+    given; the base model (nl task, `base`) runs in a child process first. `gen`: the nl
+    generator's context / n_chunks ranges and domain split (default: the training ranges and
+    domains); `async_scheduling`: let a GPU engine schedule ahead (eval_engine.start_lab).
+    Returns KEYS, by_kind, by_set, rows (one per prompt) and the run's provenance and timings."""
     from da_lab.engine.models import model_path
 
     t0 = time.perf_counter()
     load0 = os.getloadavg()[0]
-    if n < 1:
+    if n is not None and n < 1:
         raise ValueError(f"--n must be at least 1, not {n}")
-    tk = E.task_for(task, model if lab is None else lab.model)
+    tk = E.task_for(task, model if lab is None else lab.model, prompts)
     gen = dict(gen or {})
     seed = tk.default_seed if seed is None else seed
-    samples = tk.samples(n, seed, gen)
+    samples = tk.samples(n if n is not None or prompts else 500, seed, gen)
     max_tokens = max_tokens or tk.max_tokens
     wave = wave or _default_wave()
     phases: dict[str, float] = {}
@@ -159,8 +168,8 @@ def run_eval(n: int = 500, model=None, *, task: str = "auto", seed: int | None =
         from da_lab.training.eval_base import base_texts
 
         t1 = time.perf_counter()
-        base_doc = base_texts(n, seed, gen, wave, max_tokens, tk.base_model,
-                              async_scheduling=async_scheduling)
+        base_doc = base_texts([tk.plain_prompt(s) for s in samples], wave, max_tokens,
+                              tk.base_model, async_scheduling=async_scheduling)
         phases["base_child_s"] = round(time.perf_counter() - t1, 1)
     own = lab is None
     if own:
@@ -181,6 +190,7 @@ def run_eval(n: int = 500, model=None, *, task: str = "auto", seed: int | None =
     res = summary(rows)
     res.update(rows=rows, seed=seed, task=tk.name, answer_rule=tk.answer_rule,
                generator={k: list(v) if isinstance(v, tuple) else v for k, v in gen.items()},
+               prompts=_file_info(prompts),
                wave=wave, max_tokens=max_tokens, ablations=ablations, phases_s=phases,
                base=None if base_doc is None else {k: v for k, v in base_doc.items()
                                                     if k != "texts"},
@@ -189,6 +199,15 @@ def run_eval(n: int = 500, model=None, *, task: str = "auto", seed: int | None =
                host={"cpus": len(os.sched_getaffinity(0)),
                      "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)]})
     return res
+
+
+def _file_info(path) -> dict | None:
+    """A prompts file's name and sha256 (what was evaluated, checkably)."""
+    if path is None:
+        return None
+    from da_lab.engine.cache import file_sha256
+
+    return {"file": str(path), "sha256": file_sha256(path)}
 
 
 def _default_wave() -> int:
@@ -216,7 +235,8 @@ def _run_waves(lab, tk, samples, seed, wave, max_tokens, ablations, base_doc, ph
             t_da, t_rest = t_da + t2 - t1, t_rest + time.perf_counter() - t2
             for i, s in enumerate(part):
                 base_text = None if base_doc is None else base_doc["texts"][w + i]
-                rows.append(_score(tk, s, f"{seed}:{w + i}", outs, i, base_text))
+                pid = s.meta.get("id") or f"{seed}:{w + i}"
+                rows.append(_score(tk, s, pid, outs, i, base_text))
             if bar is not None:
                 bar.update(len(part))
     finally:
@@ -228,28 +248,41 @@ def _run_waves(lab, tk, samples, seed, wave, max_tokens, ablations, base_doc, ph
 
 
 def summary(rows: list[dict]) -> dict:
-    """KEYS over all rows, and per question kind; pops each row's per-step fractions."""
+    """KEYS over all rows, per question kind and per set; pops each row's per-step
+    fractions."""
     fractions = [f for r in rows for f in r.pop("_fractions", [])]
+    sets = sorted({r["set"] for r in rows if r.get("set")})
+    out = {**_acc(rows),
+           "blocks_read_fraction_after_tag": mean(fractions) if fractions else 1.0,
+           "ablation_n": {k: sum(r[f"{k}_correct"] is not None for r in rows)
+                          for k in ("wrong_tag", "hidden_chunk")},
+           "refused_runs": {"da": sum("da_refused" in r["flags"] and not r.get(
+               "wrong_tag_refused") and not r.get("hidden_chunk_refused") for r in rows),
+               **{k: sum(bool(r.get(f"{k}_refused")) for r in rows)
+                  for k in ("wrong_tag", "hidden_chunk")}},
+           "wrong_tag_chance": mean(r["wrong_tag_chance"] for r in rows),
+           "by_kind": {k: _acc([r for r in rows if r["kind"] == k])
+                       for k in sorted({r["kind"] for r in rows})}}
+    out["by_set"] = {}
+    for name in sets:
+        part = [r for r in rows if r.get("set") == name]
+        out["by_set"][name] = {**_acc(part), "by_kind": {
+            k: _acc([r for r in part if r["kind"] == k]) for k in sorted({r["kind"]
+                                                                          for r in part})}}
+    return out
 
-    def acc(rs: list[dict]) -> dict:
-        return {"n": len(rs), "tag_accuracy": mean(r["tag_correct"] for r in rs),
-                "da_answer_accuracy": mean(r["correct"] for r in rs),
-                "all_blocks_answer_accuracy": mean(r["all_blocks_correct"] for r in rs),
-                "base_all_blocks_answer_accuracy": mean(r["base_correct"] for r in rs),
-                "wrong_tag_answer_accuracy": mean(r["wrong_tag_correct"] for r in rs),
-                "hidden_chunk_answer_accuracy": mean(r["hidden_chunk_correct"] for r in rs)}
 
-    kinds = sorted({r["kind"] for r in rows})
-    return {**acc(rows),
-            "blocks_read_fraction_after_tag": mean(fractions) if fractions else 1.0,
-            "ablation_n": {k: sum(r[f"{k}_correct"] is not None for r in rows)
-                           for k in ("wrong_tag", "hidden_chunk")},
-            "refused_runs": {"da": sum("da_refused" in r["flags"] and not r.get(
-                "wrong_tag_refused") and not r.get("hidden_chunk_refused") for r in rows),
-                **{k: sum(bool(r.get(f"{k}_refused")) for r in rows)
-                   for k in ("wrong_tag", "hidden_chunk")}},
-            "wrong_tag_chance": mean(r["wrong_tag_chance"] for r in rows),
-            "by_kind": {k: acc([r for r in rows if r["kind"] == k]) for k in kinds}}
+def _acc(rs: list[dict]) -> dict:
+    local = [r for r in rs if r["kind"] == "local"]
+    asked = [r for r in rs if r.get("foreign_words") is not None]
+    return {"n": len(rs), "tag_accuracy": mean(r["tag_correct"] for r in rs),
+            "da_answer_accuracy": mean(r["correct"] for r in rs),
+            "all_blocks_answer_accuracy": mean(r["all_blocks_correct"] for r in rs),
+            "base_all_blocks_answer_accuracy": mean(r["base_correct"] for r in rs),
+            "wrong_tag_answer_accuracy": mean(r["wrong_tag_correct"] for r in rs),
+            "hidden_chunk_answer_accuracy": mean(r["hidden_chunk_correct"] for r in rs),
+            "local_accuracy": mean(r["tag_correct"] for r in local),
+            "foreign_word_rate": mean(bool(r["foreign_words"]) for r in asked)}
 
 
 def document(res: dict, command: str) -> dict:
@@ -258,8 +291,9 @@ def document(res: dict, command: str) -> dict:
     from datetime import datetime
 
     prov = ("engine", "device", "model", "model_folder", "runner", "async_scheduling")
-    extra = ("ablation_n", "refused_runs", "wrong_tag_chance", "task", "answer_rule", "seed",
-             "generator", "wave", "max_tokens", "ablations", "phases_s", "host", "base", "by_kind")
+    extra = ("foreign_word_rate", "ablation_n", "refused_runs", "wrong_tag_chance", "task",
+             "answer_rule", "seed", "generator", "prompts", "wave", "max_tokens", "ablations",
+             "phases_s", "host", "base", "by_kind", "by_set")
     return {"command": command, **{k: res[k] for k in prov},
             "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "wall_s": res["seconds"], **{k: res[k] for k in KEYS},
@@ -272,7 +306,7 @@ def table(res: dict) -> str:
             ("all-blocks", "all_blocks_answer_accuracy"),
             ("base all", "base_all_blocks_answer_accuracy"),
             ("wrong tag", "wrong_tag_answer_accuracy"),
-            ("hidden", "hidden_chunk_answer_accuracy"))
+            ("hidden", "hidden_chunk_answer_accuracy"), ("<local>", "local_accuracy"))
 
     def line(name: str, r: dict) -> str:
         cells = "".join(f"{'–' if r[k] is None else format(r[k], '.3f'):>12}" for _, k in cols)
@@ -280,6 +314,7 @@ def table(res: dict) -> str:
 
     lines = [f"{'':<10}{'n':>5}" + "".join(f"{h:>12}" for h, _ in cols)]
     lines += [line(kind, r) for kind, r in res["by_kind"].items()]
+    lines += [line(name[:10], r) for name, r in res.get("by_set", {}).items()]
     lines.append(line("all", res))
     lines.append(f"blocks read per step after the tag: "
                  f"{res['blocks_read_fraction_after_tag']:.3f} of the row")

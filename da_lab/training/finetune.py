@@ -1,7 +1,9 @@
 """Fine-tune SmolLM2-135M-Instruct to write its own DA tags (`python -m da_lab.training.finetune`).
 
-The task is `da_lab.training.nl_task` (chat prompts of 8..32 prose documents, ~1k..7k tokens, a
-question; the reply is the tag, then one sentence). The mask is the DA hook's, position by
+The task is `da_lab.training.nl_gen` (chat prompts of 4..32 prose documents of many domains,
+~600..6,000 tokens, a question; the reply is the tag, then one sentence), training domains
+only; a share of samples are drills (--drill-p: more question turns after the first, each
+reply learned under the hook's mask, the user turns given). The mask is the DA hook's, position by
 position, built by `da_lab.training.train` (`collate` -> `segments`, `forward` -> `dense_mask`,
 the same code that trains da-tiny-tags and that tests hold equal to the hook's recorded mask
 history); attention is SDPA with that explicit (B, 1, L, L) mask; the loss is on the reply
@@ -29,6 +31,7 @@ import sys
 import time
 from pathlib import Path
 
+from da_lab.training import nl_gen as G
 from da_lab.training import nl_task as N
 from da_lab.training.batches import Batches
 from da_lab.training.lora import add_lora, load_delta, lora_parameters, save_delta
@@ -52,10 +55,13 @@ def make_batch(job: dict) -> dict:
     lo, hi = job["context"]
     ctx = int(rng_for(job["seed"], STEP_STREAM, job["step"]).integers(lo, hi + 1))
     n = max(1, min(job["batch"], job["batch_tokens"] // ctx))
-    samples = [N.make_sample(rng_for(job["seed"], TRAIN, job["step"] * job["batch"] + j),
-                             context=(max(lo, int(ctx * 0.85)), ctx),
-                             n_chunks=job["chunks"], tok=tok)
-               for j in range(n)]
+    samples = []
+    for j in range(n):
+        rng = rng_for(job["seed"], TRAIN, job["step"] * job["batch"] + j)
+        t_lo, t_hi = job["drill_turns"]
+        turns = int(rng.integers(t_lo, t_hi + 1)) if rng.random() < job["drill_p"] else 1
+        samples.append(G.make_sample(rng, context=(max(lo, int(ctx * 0.85)), ctx),
+                                     n_chunks=job["chunks"], turns=turns, tok=tok))
     return collate(samples, tok.pad_id, BLOCK)
 
 
@@ -88,9 +94,12 @@ def parse_args(argv=None):
     ap.add_argument("--warmup", type=int, default=40)
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--alpha", type=float, default=32.0)
-    ap.add_argument("--context", default=f"{N.CONTEXT[0]},{N.CONTEXT[1]}",
+    ap.add_argument("--context", default=f"{G.CONTEXT[0]},{G.CONTEXT[1]}",
                     help="lo,hi: target prompt tokens")
-    ap.add_argument("--chunks", default=f"{N.CHUNKS[0]},{N.CHUNKS[1]}", help="lo,hi: chunks")
+    ap.add_argument("--chunks", default=f"{G.CHUNKS[0]},{G.CHUNKS[1]}", help="lo,hi: chunks")
+    ap.add_argument("--drill-p", type=float, default=0.5,
+                    help="share of training samples that are drills (several question turns)")
+    ap.add_argument("--drill-turns", default="2,4", help="lo,hi: question turns in a drill")
     ap.add_argument("--device", default=None, help="cuda | cpu (default: cuda if available)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="smollm2-da", help="output folder (delta + training.json)")
@@ -143,6 +152,20 @@ def _probe(model, samples, device, autocast, eval_batch) -> dict:
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in acc.items()}
 
 
+def _probe_all(model, probe: dict, device, autocast, eval_batch, step, loss, seconds) -> dict:
+    """Teacher-forced probe on the training domains and on the held-out ones; printed."""
+    h = {"step": step, "loss": loss, "seconds": round(seconds, 1)}
+    for sp, ss in probe.items():
+        acc = _probe(model, ss, device, autocast, eval_batch)
+        pre = "" if sp == "train" else "heldout_"
+        h.update({pre + "tag": acc["tag_accuracy"], pre + "da": acc["da_answer_accuracy"],
+                  pre + "all": acc["all_blocks_answer_accuracy"]})
+        print(f"step {step} [{sp} domains]: loss {loss:.4f} tag {acc['tag_accuracy']:.3f} da "
+              f"{acc['da_answer_accuracy']:.3f} all {acc['all_blocks_answer_accuracy']:.3f} "
+              f"{acc['by_kind']} ({h['seconds']} s)", flush=True)
+    return h
+
+
 def _train_loop(args, device, model, opt, params, batches, probe, t_start) -> dict:
     """The optimisation loop; returns {steps, stopped_by, losses, history, train_s}."""
     import torch
@@ -178,14 +201,8 @@ def _train_loop(args, device, model, opt, params, batches, probe, t_start) -> di
         step += 1
         losses.append(round(loss.item(), 5))
         if args.eval_every and step % args.eval_every == 0 and step < args.steps:
-            acc = _probe(model, probe, device, autocast, args.eval_batch)
-            history.append({"step": step, "loss": losses[-1], "tag": acc["tag_accuracy"],
-                            "da": acc["da_answer_accuracy"],
-                            "all": acc["all_blocks_answer_accuracy"],
-                            "seconds": round(time.perf_counter() - t_start, 1)})
-            print(f"step {step}: loss {losses[-1]:.4f} tag {acc['tag_accuracy']:.3f} da "
-                  f"{acc['da_answer_accuracy']:.3f} all {acc['all_blocks_answer_accuracy']:.3f}"
-                  f" {acc['by_kind']} ({history[-1]['seconds']} s)", flush=True)
+            history.append(_probe_all(model, probe, device, autocast, args.eval_batch,
+                                      step, losses[-1], time.perf_counter() - t_start))
     return {"steps": step, "stopped_by": stopped, "losses": losses, "history": history,
             "train_s": time.perf_counter() - t0}
 
@@ -203,15 +220,18 @@ def run(argv=None):
     tok_dir = str(folder)
     N.tokens(tok_dir)
     kw = {"context": ctx, "n_chunks": chunks, "tok": N.tokens(tok_dir)}
-    probe = N.held_out(args.probe_n, seed=N.EVAL_SEED + 1, **kw)
-    heldout = N.held_out(args.eval_n, **kw)
-    loss_batch = collate(heldout[: max(1, min(8, args.eval_n))], N.tokens(tok_dir).pad_id, BLOCK)
+    probe = {sp: G.held_out(args.probe_n, seed=G.EVAL_SEED + 1, split=sp, **kw)
+             for sp in ("train", "heldout")}
+    heldout = {sp: G.held_out(args.eval_n, split=sp, **kw) for sp in ("train", "heldout")}
+    loss_batch = collate(heldout["train"][: max(1, min(8, args.eval_n))],
+                         N.tokens(tok_dir).pad_id, BLOCK)
     autocast = device.type == "cuda"
     loss_before = mean_loss(model, loss_batch, device, autocast)
 
     def job(s: int) -> dict:
         return {"seed": args.seed, "step": s, "batch": args.batch, "tok": tok_dir,
-                "batch_tokens": args.batch_tokens, "context": ctx, "chunks": chunks}
+                "batch_tokens": args.batch_tokens, "context": ctx, "chunks": chunks,
+                "drill_p": args.drill_p, "drill_turns": _pair(args.drill_turns)}
 
     batches = Batches(job, args.steps, workers, ahead=max(8, 2 * workers), make=make_batch)
     try:
@@ -219,7 +239,8 @@ def run(argv=None):
                           t_start)
     finally:
         batches.close()
-    acc = _probe(model, heldout, device, autocast, args.eval_batch)
+    accs = {sp: _probe(model, ss, device, autocast, args.eval_batch) for sp, ss in heldout.items()}
+    acc = accs["train"]
     out = Path(args.out)
     size = save_delta(wrapped, out / DELTA_FILE, rank=args.rank, alpha=args.alpha,
                       base_sha256=WEIGHTS_SHA256)
@@ -239,14 +260,20 @@ def run(argv=None):
         "loss_per_step": res["losses"], "probe_history": res["history"],
         "train_seconds": round(res["train_s"], 1),
         "wall_seconds": round(time.perf_counter() - t_start, 1),
-        "heldout": {"seed": N.EVAL_SEED, "stream": "HELDOUT", "teacher_forced": True, **acc},
+        "drill_p": args.drill_p, "drill_turns": list(_pair(args.drill_turns)),
+        "heldout": {"seed": G.EVAL_SEED, "stream": "HELDOUT", "domains": "train",
+                    "teacher_forced": True, **acc},
+        "heldout_domains": {"seed": G.EVAL_SEED, "stream": "HELDOUT", "domains": "heldout",
+                            "teacher_forced": True, **accs["heldout"]},
     }
     (out / "training.json").write_text(json.dumps(meta, indent=1) + "\n")
     print(f"da_lab.training.finetune: {res['steps']} steps in {res['train_s']:.0f} s "
           f"({res['stopped_by']}), wall {meta['wall_seconds']:.0f} s, held-out loss "
           f"{loss_before:.3f} -> {loss_after:.3f}, n={acc['n']}: tag {acc['tag_accuracy']:.3f},"
           f" DA answer {acc['da_answer_accuracy']:.3f}, all-blocks answer "
-          f"{acc['all_blocks_answer_accuracy']:.3f}; delta {size / 1e6:.1f} MB -> {out}",
+          f"{acc['all_blocks_answer_accuracy']:.3f}; held-out domains: tag "
+          f"{accs['heldout']['tag_accuracy']:.3f}, DA answer "
+          f"{accs['heldout']['da_answer_accuracy']:.3f}; delta {size / 1e6:.1f} MB -> {out}",
           flush=True)
     return meta, model, wrapped
 

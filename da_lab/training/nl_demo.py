@@ -1,9 +1,12 @@
 """Notebook 06's helpers: ask SmolLM2-DA about documents a learner picked or typed.
 
     examples()                  short held-out samples, one per kind: documents, question, reply
+                                (held-out domains: things the model was never trained on)
     user_prompt(docs, q)        the DA prompt the model was trained on, from plain texts:
                                 the system prompt that asks for a tag, "Document Ck: ..." per
                                 text (each padded to whole KV blocks), the question
+                                (nl_task.user_prompt: the same function training and
+                                `da-lab eval --prompts` use)
     EndOfTurn(lab)              the Lab, ending each request at the model's end-of-turn token
     eval_summary(paths)         the summary rows of committed `da-lab eval` documents
 """
@@ -14,21 +17,23 @@ import json
 import re
 from pathlib import Path
 
-from da_lab.core.layout import BLOCK_SIZE, DAPrompt, build_prompt
+from da_lab.training import nl_gen as G
 from da_lab.training import nl_task as N
 
 LABEL = re.compile(r"^Document C\d+:\s*")
+user_prompt = N.user_prompt
 
 
 def examples(kinds: tuple[str, ...] = ("single", "multi", "local"),
-             seed: int = N.EVAL_SEED) -> list[dict]:
+             seed: int = G.EVAL_SEED, split: str = "heldout") -> list[dict]:
     """One held-out sample of each kind, small enough for a CPU (about 1,000 tokens, 4-6
-    documents): the first of that kind in the held-out stream."""
+    documents): the first of that kind in the held-out stream (of held-out domains by
+    default)."""
     out: dict[str, dict] = {}
     for i in range(200):
-        s = N.sample(seed, i, N.HELDOUT, context=(900, 1200), n_chunks=(4, 6))
+        s = G.sample(seed, i, G.HELDOUT, split, context=(900, 1200), n_chunks=(4, 6))
         if s.kind in kinds and s.kind not in out:
-            out[s.kind] = {"documents": [LABEL.sub("", c).strip() for c in s.prompt.chunks],
+            out[s.kind] = {"documents": list(s.meta["documents"]),
                            "question": s.meta["question"], "kind": s.kind,
                            "expected": s.tag + " " + s.answer, "token_ids": s.prompt.token_ids}
         if len(out) == len(kinds):
@@ -38,29 +43,9 @@ def examples(kinds: tuple[str, ...] = ("single", "multi", "local"),
 
 def split_documents(text: str) -> list[str]:
     """Documents typed in one box: separated by blank lines (a leading "Document Ck:" is
-    dropped, the lab numbers them itself)."""
+    dropped, the lab numbers them itself); line breaks inside a document stay."""
     parts = [LABEL.sub("", p.strip()) for p in re.split(r"\n\s*\n", text)]
-    return [" ".join(p.split()) for p in parts if p.strip()]
-
-
-def user_prompt(documents: list[str], question: str) -> DAPrompt:
-    """The nl task's prompt for these documents and this question (nl_task.make_sample's
-    layout: chat frame with the DA system prompt, one chunk per document, then the question)."""
-    docs = [d.strip() for d in documents if d and d.strip()]
-    if not docs:
-        raise ValueError("give at least one document")
-    if not question or not question.strip():
-        raise ValueError("give a question")
-    tok = N.tokens()
-    before, after = tok.frame(N.SYSTEM)
-    texts = [f"Document C{k}: {d}\n" for k, d in enumerate(docs, start=1)]
-    prompt = build_prompt(tok.encode, before + N.INTRO, texts,
-                          "Question: " + question.strip() + after, filler_id=tok.filler_id,
-                          bos_id=None, block_size=BLOCK_SIZE)
-    if prompt.layout.prompt_len > N.MAX_PROMPT:
-        raise ValueError(f"the prompt is {prompt.layout.prompt_len} tokens; SmolLM2-DA was "
-                         f"trained on at most {N.MAX_PROMPT}")
-    return prompt
+    return [N.clean_document(p) for p in parts if p.strip()]
 
 
 def reply(text: str) -> str:

@@ -1,0 +1,38 @@
+#!/bin/bash
+# SmolLM2-DA on the H200 (issue 26): train the LoRA on the many-domain task, then evaluate it
+# through vLLM 0.26 with the hook on three sets in one engine run (in-domain and held-out-domain
+# generated prompts, n=500 each, and the hand-written file), with the ablations, then the
+# shipped (previous) delta on the same prompts without the base model and ablations.
+#   bench/smollm2_gpu.sh train    # -> $G/train.log, $G/smollm2-da/{delta.safetensors,training.json}
+#   bench/smollm2_gpu.sh eval     # -> $G/eval-new.json, $G/eval-old.json, $G/eval.log
+# Runs from a copy of the repository's da_lab (cd there first); G=/tmp/g26 by default.
+set -e
+G=${G:-/tmp/g26}
+mkdir -p "$G"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0
+export VLLM_ENABLE_V1_MULTIPROCESSING=0
+case "$1" in
+train)
+    python -m da_lab.training.finetune --device cuda --seed 11 \
+        --init da_lab/assets/smollm2-da/delta.safetensors --lr 8e-4 --warmup 20 \
+        --time-budget-s "${BUDGET:-370}" --eval-n 96 --probe-n 32 --eval-every 120 \
+        --out "$G/smollm2-da" > "$G/train.log" 2>&1
+    touch "$G/train.done" ;;
+eval)
+    python -m da_lab.training.eval_prompts --n 500 --split train --set in-domain --by-domain \
+        > "$G/prompts.jsonl"
+    python -m da_lab.training.eval_prompts --n 500 --split heldout --set held-out-domains \
+        --by-domain >> "$G/prompts.jsonl"
+    sed 's/"set": "/"set": "hand-written\//' bench/data/handwritten-prompts.jsonl \
+        >> "$G/prompts.jsonl"
+    mkdir -p "$G/old"
+    cp da_lab/assets/smollm2-da/delta.safetensors "$G/old/delta.safetensors"
+    cp "$G/smollm2-da/delta.safetensors" "$G/smollm2-da/training.json" da_lab/assets/smollm2-da/
+    python -m da_lab.cli eval --model smollm2-da --prompts "$G/prompts.jsonl" --ablations \
+        --wave 128 --json --out "$G/eval-new.json" > /dev/null 2> "$G/eval.log"
+    python -c "from da_lab.engine import smollm2 as S; print(S.build('smollm2-da', '$G/old-da', delta='$G/old/delta.safetensors'))" >> "$G/eval.log" 2>&1
+    python -m da_lab.cli eval --model "$G/old-da" --prompts "$G/prompts.jsonl" --no-base \
+        --wave 128 --json --out "$G/eval-old.json" > /dev/null 2>> "$G/eval.log"
+    touch "$G/eval.done" ;;
+*) echo "usage: $0 train|eval" >&2; exit 2 ;;
+esac
