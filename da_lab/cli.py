@@ -168,10 +168,11 @@ def cmd_replay(args) -> int:
 
 
 def cmd_export(args) -> int:
-    """Headless export of the four diagrams and the blocks-read chart (kaleido + Chromium)."""
+    """Headless export: the page that plays a trace, and the diagrams as PNG/SVG (Chromium)."""
     from da_lab_widgets.export import main_export
 
-    argv = [args.trace, "--out", args.out]
+    argv = [args.trace] + (["--out", args.out] if args.out else [])
+    argv += ["--html", args.html] if args.html else []
     argv += ["--step", str(args.step)] if args.step is not None else []
     argv += ["--steps", args.steps] if args.steps is not None else []
     return main_export(argv + (["--animate"] if args.animate else []))
@@ -324,15 +325,18 @@ def main(argv: list[str] | None = None) -> int:
                            help="blocks per chunk (2: the 813-token seed prompt; 170 with "
                                 "block size 32: a 65k-token prompt)")
         d.set_defaults(fn=fn)
-    e = sub.add_parser("export", help="write every diagram of a trace as PNG, SVG and HTML")
+    e = sub.add_parser("export", help="a trace as one page that plays it (--html), and/or every "
+                                      "diagram as PNG and SVG (--out)")
     e.add_argument("trace")
-    e.add_argument("--out", required=True, help="output folder")
+    e.add_argument("--html", metavar="FILE", help="one self-contained page: the player and all "
+                                                  "four diagrams; opens offline")
+    e.add_argument("--out", help="folder for PNG + SVG of every diagram")
     which = e.add_mutually_exclusive_group()
     which.add_argument("--step", type=int, metavar="N", help="at engine step N (default: last)")
     which.add_argument("--steps", metavar="A:B", help="PNG and SVG of steps A to B, inclusive, "
                                                       "one folder per step")
-    e.add_argument("--animate", action="store_true", help="also run.html: every diagram, one "
-                                                          "frame per step, one player")
+    e.add_argument("--animate", action="store_true", help="with --out: also OUT/run.html, the "
+                                                          "page --html writes")
     e.set_defaults(fn=cmd_export)
     r = sub.add_parser("replay", help="print a recorded trace like `demo` (no vLLM needed)")
     r.add_argument("file")
