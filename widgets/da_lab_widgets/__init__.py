@@ -3,13 +3,12 @@ Lab or by a recorded trace."""
 
 from importlib import import_module
 
-# Imported on first use: a caller that only reads a trace (kv_state, TraceSource) needs no
+# Imported on first use: a caller that only reads a trace (TraceSource) needs no
 # widget machinery.
 _EXPORTS = {
     "Highlight": "highlight",
     "TraceSource": "source",
     "LiveSource": "source",
-    "kv_state": "source",
     "Player": "player",
     "BlocksDiagram": "blocks",
     "DAHookDiagram": "dahook",

@@ -85,4 +85,5 @@ export function render({ model, el }) {
   return () => { off(); s.players.delete(player); player.destroy(); root.remove(); };
 }
 
+export { Run } from "./store.js";
 export default { initialize({ model }) { session(model); }, render };

@@ -79,9 +79,7 @@ export class Player {
     if (i < 0 || i >= this.run.length) return false;
     const prev = this.i;
     this.i = i;
-    for (const d of this.diagrams) {
-      if (d.visible) { d.show(i, { dt, prev }); d.drawnAt = i; }
-    }
+    for (const d of this.diagrams) if (d.visible) this._draw(d, i, { dt, prev });
     this._counter();
     this._paintCount();
     this.session.at(i);
@@ -93,8 +91,14 @@ export class Player {
       const d = this.diagrams.find((x) => x.el === e.target);
       if (!d) continue;
       d.visible = e.isIntersecting;
-      if (d.visible && d.drawnAt !== this.i && this.i >= 0) { d.show(this.i, {}); d.drawnAt = this.i; }
+      if (d.visible && d.drawnAt !== this.i && this.i >= 0) this._draw(d, this.i, {});
     }
+  }
+
+  _draw(d, i, anim) {
+    d.show(i, anim);
+    d.drawnAt = i;
+    d.el.setAttribute("data-da-shows", i);     // the step this diagram shows (tests, tools)
   }
 
   step(d) {

@@ -3,11 +3,11 @@
 // step the attention boxes light up for the step's attention call and the note beside them
 // gives its numbers. The "what if" buttons ask the kernel, which starts a real engine.
 
-import { animate, h, hideTip, s, showTip, SMALL, textWidth } from "./dom.js";
+import { animate, h, hideTip, s, showTip, SMALL, textWidth, wrap } from "./dom.js";
 import { PACKET } from "./look.js";
 import { short } from "./pathtext.js";
 
-const LINE = 15, GAP = 10, PAD = 14, GL = 104, SLOT_LINE = "#8a8a8a";
+const LINE = 15, GAP = 10, PAD = 14, GL = 118, SLOT_LINE = "#8a8a8a";
 
 export class SkeletonDiagram {
   constructor({ session, run, cfg }) {
@@ -93,7 +93,7 @@ export class SkeletonDiagram {
       const yt = top(a - 6, b - a + 2);
       s("rect", { x: 2, y: yt, width: x1 + 3, height: b - a + 2, fill: "rgba(120,120,120,0.06)",
                   stroke: "#555", "stroke-width": 1.5 }, svg);
-      const lab = this.cfg.groups[gi].label;
+      const lab = this.cfg.groups[gi].label.flatMap((ln) => wrap(ln, GL - 10, 12));
       const t = s("text", { x: GL / 2, y: yt + (b - a) / 2 - (lab.length - 1) * 8 + 4,
                             "text-anchor": "middle", "font-size": 12, fill: "#333" }, svg);
       lab.forEach((ln, k) => s("tspan", { x: GL / 2, dy: k ? 16 : 0, text: ln }, t));

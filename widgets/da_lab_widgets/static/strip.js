@@ -52,7 +52,8 @@ export class Strip {
       const x = this.x + r.start * c, w = Math.max(MIN_PX, (r.stop - r.start) * c);
       const rect = s("rect", { x, y: this.y, width: w, height: this.h, fill: b.fill,
                                stroke: each ? "white" : null, "stroke-width": each ? 1 : null,
-                               "data-run": `${r.start},${r.stop}`, "data-fill": b.fill }, this.runsG);
+                               "data-run": `${r.start},${r.stop}`, "data-fill": b.fill,
+                               "data-id": b.id ?? "", "data-lb": b.lb ?? "" }, this.runsG);
       const label = labels === "regions" ? regionLabel(region, b.lb, last.lb)
         : idRange(b.tag ?? b.id, last.tag ?? last.id);
       const tw = label ? textWidth(label, SMALL) : 0;
