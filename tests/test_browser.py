@@ -98,6 +98,9 @@ def _start(page, server, name: str) -> None:
         raise AssertionError(f"{name}: no player drawn; the outputs: {outs}") from None
     assert stderr_in_cell(page, cells[0]) == [], "the first cell printed to stderr"
     assert page.get_by_text("Jupyter news").count() == 0, "the news toast is showing"
+    # to the player, as a learner scrolls (a diagram off screen is drawn when it comes into view)
+    page.evaluate("(sel) => document.querySelector(sel).scrollIntoView({block: 'start'})", PLAYER)
+    page.wait_for_timeout(300)
 
 
 def _press(page, action: str) -> None:
@@ -260,6 +263,10 @@ def test_da_hook_steer_while_playing_step_back_and_a_second_tab(lab):
     while player_state(other)["step"] != st["step"] and time.monotonic() - t0 < 30:
         other.wait_for_timeout(250)
     assert player_state(other)["step"] == st["step"]
+    other.evaluate("(sel) => document.querySelector(sel).scrollIntoView({block: 'start'})",
+                   PLAYER)
+    _wait(other, "(i) => document.querySelector('[data-da-diagram=\"4\"]').dataset.daShows"
+          " == i", st["step"], 30, "the second tab drawing diagram 4")
     assert drawn(other, 4)["chart"] == drawn(page, 4)["chart"]
     _shot(other, "da_hook_second_tab")
     assert other.errors == [] and page.errors == []

@@ -156,6 +156,9 @@ def test_steering_off_with_a_reason_and_new_request_keeps_playing(lab):
     player.step()
     content, _ = page.say(type="steer", mode="global", chunks=[], i=0)   # an earlier step
     assert "you are looking at step" in content["steer"]["status"]
+    # ...unless ▶ follows the engine, which runs the step the page asks for: one step ahead
+    content, _ = page.say(type="steer", mode="global", chunks=[], i=0, following=True)
+    assert "the director writes <global>" in content["steer"]["status"]
     while player.step():
         pass
     assert lab.requests[rid]["text"].count("<local>") == 1

@@ -87,6 +87,8 @@ class DAHookDiagram:
         else:
             i = content.get("i")
             shown = recs[int(i)].step if isinstance(i, int) and 0 <= i < len(recs) else None
+            if content.get("following"):     # ▶ follows the engine: one step behind at most
+                shown = None
             self.steering.steer(str(content.get("mode")), content.get("chunks"), shown=shown,
                                 latest=recs[-1].step if recs else None)
         if self.player is not None:

@@ -29,7 +29,7 @@ export class HookDiagram {
     const box = h("div", { class: "da-stream", "data-da-part": "stream" }, left);
     this.stream = h("div", { class: "da-stream-text" }, box);
     this.steer = new Steering(h("div", { class: "da-hook-right" }, top), session, !!cfg.steer);
-    this.steer.onPress = () => this.player?.i ?? null;
+    this.steer.onPress = () => ({ i: this.player?.i ?? null, following: this._following() });
     this.noteEl = h("div", { class: "da-note" }, el);
     this.bands = {};
     const bands = h("div", { class: "da-bands" }, el);
@@ -157,10 +157,13 @@ export class HookDiagram {
     this.reads.draw(Array.from(kept, (j) => blk(j, true)), slots, { dt, labels: "regions", region });
   }
 
+  // ▶ following a live engine: the engine may be the one step ahead it is asked for
+  _following() { const p = this.player; return !!(p && p.playing && p.follow && p.live); }
+
   _steer() {
     const n = this.run.length, latest = this.run.steps[n - 1], shown = this.run.steps[this.i];
-    this.steer.refresh(this.session.state.steer, this.i >= n - 1, shown && shown.step,
-                       latest && latest.step);
+    const atEnd = this.i >= n - 1 || (this._following() && this.i >= n - 2);
+    this.steer.refresh(this.session.state.steer, atEnd, shown && shown.step, latest && latest.step);
   }
 
   _marks() {

@@ -43,8 +43,8 @@ export class PathDiagram {
 
   _layout(w) {
     const n = this.stages.length;
-    this.cols = w >= 1300 ? n : 4;                 // a wide screen: all seven in one row
-    const pitch = (w - 8) / this.cols, bw = Math.min(190, pitch - 40);
+    this.cols = w >= 1500 ? n : 4;                 // a wide screen: all seven in one row
+    const pitch = (w - 8) / this.cols, bw = Math.min(190, pitch - 72);   // room for the flows
     const rows = Math.ceil(n / this.cols), capLines = wrap(this.cfg.caption, w - 8, SMALL);
     const top = capLines.length * 14 + 46, gap = 64;
     this.pos = this.stages.map((_, k) => {

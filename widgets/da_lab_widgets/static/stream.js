@@ -152,8 +152,10 @@ export class Steering {
     this.session.send({ type: "pick", chunks: [...this.picked].sort((a, b) => a - b) });
   }
   press(m) {
-    const i = this.onPress ? this.onPress() : null;
+    // the step on screen; while ▶ follows the engine it may be one step behind the engine's
+    const { i, following } = this.onPress ? this.onPress() : { i: null, following: false };
     this.status.textContent = `asking the engine to write ${m.toUpperCase()}…`;
-    this.session.send({ type: "steer", mode: m, chunks: [...this.picked].sort((a, b) => a - b), i });
+    this.session.send({ type: "steer", mode: m, chunks: [...this.picked].sort((a, b) => a - b),
+                        i, following });
   }
 }
