@@ -131,25 +131,30 @@ def steps(page, path: str, rec_steps: list[int], wire: Wire) -> dict:
 
 
 def drag(page, path: str, n: int) -> dict:
-    """Drag the slider from the first step to the last with the mouse, in 2 s."""
-    sel = dp.OLD_SLIDER if path == "old" else dp.NEW_SLIDER
-    track = page.locator(".da-step-slider" if path == "old" else sel).first
+    """Drag the slider's handle from the first step to the last with the mouse, as fast as the
+    mouse moves come (4 moves a step); frames a second in which the step on screen changed."""
+    sel = ".da-step-slider .noUi-target" if path == "old" else dp.NEW_SLIDER
+    track = page.locator(sel).first
     track.scroll_into_view_if_needed()
     box = track.bounding_box()
-    y, x0, x1 = box["y"] + box["height"] / 2, box["x"] + 3, box["x"] + box["width"] - 3
+    y, x0, x1 = box["y"] + box["height"] / 2, box["x"] + 2, box["x"] + box["width"] - 2
     page.mouse.move(x0, y)
     page.mouse.down()
     page.evaluate(dp.FRAMES, dp.OLD_COUNTER if path == "old" else dp.NEW_COUNTER)
-    moves = max(60, 3 * n)
+    moves = 4 * n
+    t0 = time.perf_counter()
     for k in range(moves + 1):
         page.mouse.move(x0 + (x1 - x0) * k / moves, y)
-        page.wait_for_timeout(2000 / moves)
+    drag_ms = (time.perf_counter() - t0) * 1e3
     page.mouse.up()
-    page.wait_for_timeout(1500 if path == "old" else 200)    # the last values' trip (old)
+    page.wait_for_timeout(3000 if path == "old" else 300)    # the last values' trip (old)
     fr = page.evaluate(dp.FRAMES_END)
-    return {"steps": n, "distinct_steps_shown": fr["distinct"], "frames": fr["frames"],
-            "changed_frames": fr["changed"],
-            "changed_frames_per_s": round(fr["changed"] / max(fr["ms"], 1) * 1e3, 1)}
+    out = {"steps": n, "drag_ms": round(drag_ms), "distinct_steps_shown": fr["distinct"],
+           "changed_frames": fr["changed"],
+           "changed_frames_per_s": round(fr["changed"] / max(fr["ms"], 1) * 1e3, 1)}
+    if path == "new":       # the page's own sweep: a new step at every frame, there and back
+        out["sweep"] = page.evaluate(dp.NEW_SWEEP, n)
+    return out
 
 
 def exported_page(trace: Path) -> dict:

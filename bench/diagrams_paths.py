@@ -72,6 +72,24 @@ NEW_STEP = """async () => {
   return {ms: performance.now() - t0};
 }"""
 NEW_COUNTER = "[data-da-player]"
+# The slider moved to a new step at every animation frame, first to last and back (what a
+# drag as fast as the screen can show asks for): frames per second with a new step painted.
+NEW_SWEEP = """async (n) => {
+  const s = document.querySelector('[data-da-action=scrub]');
+  const root = document.querySelector('[data-da-player]');
+  const order = [...Array(n).keys(), ...[...Array(n).keys()].reverse()];
+  const frame = () => new Promise((r) => requestAnimationFrame(r));
+  await frame();
+  const t0 = performance.now();
+  let painted = 0;
+  for (const v of order) {
+    s.value = v; s.dispatchEvent(new Event('input'));
+    await frame();
+    if (Number(root.dataset.daStep) === v) painted++;
+  }
+  const ms = performance.now() - t0;
+  return {frames: order.length, painted, ms: Math.round(ms),
+          frames_per_s: Math.round(order.length / ms * 1e4) / 10}; }"""
 NEW_SLIDER = "[data-da-action=scrub]"
 
 # ---- both: what the step on screen did, frame by frame -------------------------------------

@@ -12,7 +12,7 @@ import { HookDiagram } from "./hook.js";
 
 const KINDS = { 1: SkeletonDiagram, 2: BlocksDiagram, 3: PathDiagram, 4: HookDiagram };
 const SESSIONS = (globalThis.__daLabSessions ??= new Map());
-const AT_MS = 250;          // the step on screen reaches the kernel at most this often
+const AT_MS = 300;          // the step on screen reaches the kernel once it rests this long
 
 class Session {
   constructor(model) {
@@ -51,11 +51,10 @@ class Session {
     this.send({ type: "need", have: this.run.length });
   }
 
-  at(i) {            // the step on screen, for the kernel's `player.i` (throttled)
+  at(i) {     // the step on screen, for the kernel's `player.i`, once it rests (not per frame)
     this.atI = i;
-    if (this.atTimer) return;
+    clearTimeout(this.atTimer);
     this.atTimer = setTimeout(() => {
-      this.atTimer = null;
       if (this.atI !== this.sentAt) { this.sentAt = this.atI; this.send({ type: "at", i: this.atI }); }
     }, AT_MS);
   }
