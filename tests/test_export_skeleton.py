@@ -17,7 +17,7 @@ from browser_lab import LAYOUT_JS
 from da_lab_widgets.highlight import Highlight
 from da_lab_widgets.skeleton import SkeletonDiagram
 from da_lab_widgets.skeleton_answers import html_one_backend
-from page_lab import chromium, open_page, write_page
+from page_lab import open_page, write_page
 
 from da_lab.engine.variants import introspect_variant, variant_cache
 from da_lab.trace import load
@@ -30,12 +30,6 @@ NAMES = ["1_skeleton", "2_blocks", "3_metadata_path", "4_da_hook", "blocks_read"
 @pytest.fixture(scope="module")
 def trace():
     return load(SHIPPED)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import json
 
 import pytest
 from da_lab_widgets.packets import MAGIC, RunEncoder, runs
-from page_lab import SHIPPED, TRACES, chromium, open_page, write_page
+from page_lab import SHIPPED, TRACES, open_page, write_page
 
 from da_lab.trace import load
 
@@ -60,12 +60,6 @@ def _expected(rec) -> dict:
                             None if r.kernel_row is None else r.kernel_row.tolist(),
                             None if r.read_row is None else r.read_row.tolist()]
     return d
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
 
 
 @pytest.fixture(scope="module", params=SHIPPED)

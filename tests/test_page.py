@@ -6,18 +6,12 @@ back, the keyboard steps and plays, a hovered block pulses in every diagram."""
 
 import pytest
 from browser_lab import per_block
-from page_lab import SHIPPED, TRACES, chromium, open_page, write_page
+from page_lab import SHIPPED, TRACES, open_page, write_page
 
 from da_lab.trace import apply_kv_changes, load
 
 MASKED, FREE, CACHED = "#d0d0d0", "#eeeeee", "#f3e9c6"
 PLAYER = "[data-da-player]"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
 
 
 @pytest.fixture(scope="module", params=SHIPPED)

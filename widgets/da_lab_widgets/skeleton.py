@@ -40,7 +40,7 @@ _TAG = re.compile(r"(</?[bi]>)")
 
 
 def segments(label: str) -> list[list[list[str]]]:
-    """plotly's text subset (<b>, <i>, <br>) as lines of [text, style] pieces ("b", "i", "")."""
+    """The labels' text subset (<b>, <i>, <br>) as lines of [text, style] pieces ("b", "i", "")."""
     out = []
     for line in label.split("<br>"):
         style, pieces = "", []

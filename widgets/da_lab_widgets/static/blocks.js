@@ -10,36 +10,26 @@
 // pulses in every diagram of the page that shows it.
 
 import { animate, esc, h, hideTip, s, showTip, SMALL } from "./dom.js";
+import { Diagram } from "./diagram.js";
 import { Grid } from "./grid.js";
 import { CACHED, FLASH, HL, ink, MASKED, ownerColor, RequestView, RESPONSE } from "./look.js";
 import { Strip } from "./strip.js";
 
 const LEFT = 226, ROW_H = 24, PITCH = 46, TOP = 8;
 
-export class BlocksDiagram {
-  constructor({ run, cfg, hub }) {
-    Object.assign(this, { run, cfg, hub, req: cfg.req || null, view: null, i: -1 });
-    this.el = h("div", { class: "da-diagram da-blocks", "data-da-diagram": "2" });
+export class BlocksDiagram extends Diagram {
+  constructor(ctx) {
+    super(2, "da-blocks", ctx);
+    this.view = null;
     this.titleEl = h("div", { class: "da-title" }, this.el);
     this.svg = s("svg", { class: "da-svg" }, this.el);
     this.label = h("div", { class: "da-highlight", text: HINT }, this.el);
-    this.width = 0;
-    this.offHub = hub.on(() => this._marks());
+    this.offHub = this.hub.on(() => this._marks());
     this.svg.addEventListener("mousemove", (e) => this._hover(e));
     this.svg.addEventListener("mouseleave", () => { hideTip(); this.hub.set(null, "blocks"); });
-    this.resize = new ResizeObserver(() => this._fit());
-    this.resize.observe(this.el);
   }
 
-  _fit() {
-    const w = Math.max(640, Math.min(1700, Math.floor(this.el.clientWidth || 900)));
-    if (Math.abs(w - this.width) < 8) return;
-    this._layout(w);
-    if (this.i >= 0) this.show(this.i, {});
-  }
-
-  _layout(w) {
-    this.width = w;
+  layout(w) {
     this.rowsKey = null;
     this.grid = null;
     this.svg.replaceChildren();
@@ -87,11 +77,8 @@ export class BlocksDiagram {
   follow(req) { this.req = req; this.view = null; this.rowsKey = null; }
 
   show(i, { dt = 0 } = {}) {
-    if (!this.width) this._fit();
-    this.i = i;
-    const run = this.run, rec = run.steps[i];
-    this.req ??= run.firstRequest(i);
-    if (!this.req) return;
+    const rec = this.begin(i), run = this.run;
+    if (!rec) return;
     if (!this.view || this.view.req !== this.req) this.view = new RequestView(run, this.req);
     const v = this.view, hh = run.request(i, this.req);
     this.h = hh;
@@ -253,7 +240,6 @@ export class BlocksDiagram {
       + (b.read ? "read" : "hidden, not read");
   }
 
-  destroy() { this.offHub(); this.resize.disconnect(); }
 }
 
 // the rows are redrawn only when their blocks change (a new block, a mode switch)

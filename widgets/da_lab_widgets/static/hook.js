@@ -7,16 +7,17 @@
 
 import { esc, h, hideTip, s, showTip, SMALL } from "./dom.js";
 import { Chart } from "./chart.js";
+import { Diagram } from "./diagram.js";
 import { HL, ink, MASKED, RequestView } from "./look.js";
 import { Lamps, Steering, streamHtml, TagBuffer } from "./stream.js";
 import { Strip } from "./strip.js";
 
 const ROW_H = 22, LEFT = 150;
 
-export class HookDiagram {
-  constructor({ session, run, cfg, hub }) {
-    Object.assign(this, { session, run, cfg, hub, req: cfg.req || null, i: -1, width: 0 });
-    const el = (this.el = h("div", { class: "da-diagram da-dahook", "data-da-diagram": "4" }));
+export class HookDiagram extends Diagram {
+  constructor(ctx) {
+    super(4, "da-dahook", ctx);
+    const { el, cfg, session } = this;
     h("div", { class: "da-title", html: cfg.title || "<b>The DA hook</b>" }, el);
     const top = h("div", { class: "da-hook-top" }, el);
     const left = h("div", { class: "da-hook-left" }, top);
@@ -39,17 +40,12 @@ export class HookDiagram {
     this.keyEl = h("div", { class: "da-caption" }, el);
     this.readEl = h("div", { class: "da-blocks-read", "data-da-part": "blocks-read" }, el);
     this.chart = new Chart(el, { width: 880 });
-    this.offHub = hub.on(() => this._marks());
+    this.offHub = this.hub.on(() => this._marks());
     this.svg.addEventListener("mousemove", (e) => this._hover(e));
     this.svg.addEventListener("mouseleave", () => { hideTip(); this.hub.set(null, "dahook"); });
-    this.resize = new ResizeObserver(() => this._fit());
-    this.resize.observe(el);
   }
 
-  _fit() {
-    const w = Math.max(640, Math.min(1700, Math.floor(this.el.clientWidth || 900)));
-    if (Math.abs(w - this.width) < 8) return;
-    this.width = w;
+  layout(w) {
     this.svg.replaceChildren();
     this.svg.setAttribute("width", w);
     const label = (y, a, b) => {
@@ -62,7 +58,6 @@ export class HookDiagram {
     this.reads = new Strip(this.svg, { x: LEFT, y: ROW_H + 16, w: w - LEFT - 8, h: ROW_H, name: "reads" });
     this.chart.resize(w);
     this.rowKey = null;
-    if (this.i >= 0) this.show(this.i, {});
   }
 
   state(st) {
@@ -71,11 +66,8 @@ export class HookDiagram {
   }
 
   show(i, { dt = 0 } = {}) {
-    if (!this.width) this._fit();
-    this.i = i;
-    const run = this.run, rec = run.steps[i];
-    this.req ??= run.firstRequest(i);
-    if (!this.req) return;
+    const rec = this.begin(i), run = this.run;
+    if (!rec) return;
     if (!this.view || this.view.req !== this.req) this._bind();
     const hh = run.request(i, this.req), hooked = !!(hh && hh.hooked);
     const ser = run.series(this.req), k = ser.upto(i);
@@ -189,7 +181,6 @@ export class HookDiagram {
     hideTip();
   }
 
-  destroy() { this.offHub(); this.resize.disconnect(); }
 }
 
 // core/tags.py's str(Directive): runs of 3+ chunks as ranges ("focus C1-C4,C7")

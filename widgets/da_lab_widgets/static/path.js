@@ -6,18 +6,20 @@
 // orange region is where DA acts, and the red mark is vLLM's real intercept point.
 
 import { animate, h, lines, s, SMALL, wrap } from "./dom.js";
+import { Diagram } from "./diagram.js";
 import { HOOK, PACKET } from "./look.js";
 import { blockNote, cardText, stepValues, valuesText } from "./pathtext.js";
 
 const BOX_H = 104, WRITE = "#2a9d8f";
 
-export class PathDiagram {
-  constructor({ run, cfg, hub }) {
-    Object.assign(this, { run, cfg, hub, i: -1, width: 0 });
+export class PathDiagram extends Diagram {
+  constructor(ctx) {
+    super(3, "da-metadata-path", ctx);
+    const { cfg, hub } = this;
     this.stages = cfg.stages;
     this.frame = this.stages.findIndex((st) => st.key === "hook");
     this.hookAt = this.frame;
-    const el = (this.el = h("div", { class: "da-diagram da-metadata-path", "data-da-diagram": "3" }));
+    const el = this.el;
     h("div", { class: "da-title", html: cfg.title }, el);
     this.svg = s("svg", { class: "da-svg" }, el);
     const stepper = h("div", { class: "da-buttons" }, el);
@@ -29,19 +31,9 @@ export class PathDiagram {
     this.hlNote = h("div", { class: "da-caption da-hl-note" }, cards);
     this.values = h("div", { class: "da-values", "data-da-part": "values" }, el);
     this.offHub = hub.on(() => this._note());
-    this.resize = new ResizeObserver(() => this._fit());
-    this.resize.observe(el);
   }
 
-  _fit() {
-    const w = Math.max(640, Math.min(1700, Math.floor(this.el.clientWidth || 900)));
-    if (Math.abs(w - this.width) < 8) return;
-    this.width = w;
-    this._layout(w);
-    if (this.i >= 0) this.show(this.i, {});
-  }
-
-  _layout(w) {
+  layout(w) {
     const n = this.stages.length;
     this.cols = w >= 1500 ? n : 4;                 // a wide screen: all seven in one row
     const pitch = (w - 8) / this.cols, bw = Math.min(190, pitch - 72);   // room for the flows
@@ -136,7 +128,7 @@ export class PathDiagram {
   }
 
   show(i, { dt = 0 } = {}) {
-    if (!this.width) this._fit();
+    if (!this.width) this.fit();
     this.i = i;
     const rec = this.run.steps[i];
     this.v = stepValues(rec);
@@ -185,7 +177,7 @@ export class PathDiagram {
     this.hlNote.textContent = b === null || b === undefined || !this.v ? "" : blockNote(this.v, b);
   }
 
-  destroy() { this.offHub(); this.resize.disconnect(); for (const t of this.timers || []) clearTimeout(t); }
+  destroy() { super.destroy(); for (const t of this.timers || []) clearTimeout(t); }
 }
 
 function defs(svg) {

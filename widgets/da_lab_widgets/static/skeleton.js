@@ -4,15 +4,16 @@
 // gives its numbers. The "what if" buttons ask the kernel, which starts a real engine.
 
 import { animate, h, hideTip, s, showTip, SMALL, textWidth, wrap } from "./dom.js";
+import { Diagram } from "./diagram.js";
 import { PACKET } from "./look.js";
 import { short } from "./pathtext.js";
 
 const LINE = 15, GAP = 10, PAD = 14, GL = 118, SLOT_LINE = "#8a8a8a";
 
-export class SkeletonDiagram {
-  constructor({ session, run, cfg }) {
-    Object.assign(this, { session, run, cfg, i: -1, width: 0 });
-    const el = (this.el = h("div", { class: "da-diagram da-skeleton", "data-da-diagram": "1" }));
+export class SkeletonDiagram extends Diagram {
+  constructor(ctx) {
+    super(1, "da-skeleton", ctx, 1400);
+    const { el, cfg, session } = this;
     const title = h("div", { class: "da-title" }, el);
     for (const [t, st] of cfg.title) h(st === "b" ? "b" : "span", { text: t }, title);
     this.svg = s("svg", { class: "da-svg" }, el);
@@ -30,8 +31,6 @@ export class SkeletonDiagram {
     this.answer = h("div", { class: "da-answer", "data-da-part": "answer" }, el);
     this._panel(cfg.panel || {});
     this.svg.addEventListener("mouseleave", hideTip);
-    this.resize = new ResizeObserver(() => this._fit());
-    this.resize.observe(el);
   }
 
   _ask(kind) { this.session.send({ type: "variant", kind }); this.status.textContent = "asking the kernel…"; }
@@ -43,15 +42,7 @@ export class SkeletonDiagram {
     this.answer.innerHTML = p.answer || "";     // made by skeleton_answers.py, values escaped
   }
 
-  _fit() {
-    const w = Math.max(640, Math.min(1400, Math.floor(this.el.clientWidth || 900)));
-    if (Math.abs(w - this.width) < 8) return;
-    this.width = w;
-    this._layout(w);
-    if (this.i >= 0) this.show(this.i, {});
-  }
-
-  _layout(w) {
+  layout(w) {
     const x0 = GL + 8, x1 = Math.min(w - 250, 760), svg = this.svg;
     this.x1 = x1;
     svg.replaceChildren();
@@ -144,7 +135,7 @@ export class SkeletonDiagram {
   }
 
   show(i, { dt = 0 } = {}) {
-    if (!this.width) this._fit();
+    if (!this.width) this.fit();
     this.i = i;
     const rec = this.run.steps[i], md = rec.metadata, on = !!md;
     for (const r of this.attn) {
@@ -173,7 +164,6 @@ export class SkeletonDiagram {
     }
   }
 
-  destroy() { this.resize.disconnect(); }
 }
 
 function lineWidth(pieces) {
