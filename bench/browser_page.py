@@ -1,6 +1,7 @@
 """The page every browser benchmark drives: a JupyterLab server on localhost with a one-cell
 notebook (the kernel builds Players there), and headless Chromium (Playwright) with a DevTools
-session, as tests/test_browser.py does. bench/widgets_browser.py and the profiles use it."""
+session, as tests/test_browser.py does. bench/diagrams_browser.py uses it, once per checkout
+(the kernel imports that checkout's da_lab and widgets)."""
 
 from __future__ import annotations
 
@@ -35,12 +36,13 @@ def _free_port() -> int:
 class Lab:
     """A JupyterLab server on localhost with the bench notebook; stopped on exit."""
 
-    def __init__(self) -> None:
+    def __init__(self, code: Path = ROOT) -> None:
+        """`code`: the checkout whose da_lab and widgets the kernel imports."""
         self.root = Path(tempfile.mkdtemp(prefix="da-bench-"))
         (self.root / "bench.ipynb").write_text(json.dumps(NOTEBOOK))
         self.port, self.token = _free_port(), secrets.token_hex(16)
         env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=os.pathsep.join(
-            [str(ROOT), str(ROOT / "widgets"), os.environ.get("PYTHONPATH", "")]))
+            [str(code), str(code / "widgets"), os.environ.get("PYTHONPATH", "")]))
         self.log = open(self.root / "server.log", "w")  # noqa: SIM115 (closed in __exit__)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
@@ -80,13 +82,14 @@ def traces_named(prefixes: list[str] | None) -> list[Path]:
 
 
 @contextlib.contextmanager
-def chromium_page(width: int = 1440, height: int = 900, domains: tuple[str, ...] = ()):
+def chromium_page(width: int = 1440, height: int = 900, domains: tuple[str, ...] = (),
+                  code: Path = ROOT):
     """A JupyterLab (Lab) and a headless Chromium page with a DevTools session: (page, cdp,
     lab); the DevTools `domains` enabled. The caller opens the notebook (open_notebook) once
     whatever must watch the page from the start is attached."""
     from playwright.sync_api import sync_playwright
 
-    with Lab() as lab, sync_playwright() as p:
+    with Lab(code) as lab, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
         try:
             page = browser.new_page(viewport={"width": width, "height": height})
@@ -109,3 +112,45 @@ def open_notebook(page, lab: Lab) -> None:
         timeout=180_000)
     page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
     page.wait_for_selector(".jp-OutputArea .widget-vbox", state="attached", timeout=180_000)
+
+
+# Run code in the notebook's kernel; resolves to its stdout (and any error).
+KERNEL_EXEC = """async (code) => {
+  const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+  const fut = k.requestExecute({code, store_history: false});
+  let out = '';
+  fut.onIOPub = (m) => {
+    if (m.header.msg_type === 'stream') out += m.content.text;
+    if (m.header.msg_type === 'error') out += 'ERROR ' + m.content.ename + ': ' + m.content.evalue;
+  };
+  await fut.done;
+  return out;
+}"""
+
+
+def kernel(page, code: str) -> str:
+    out = page.evaluate(KERNEL_EXEC, code)
+    if "ERROR" in out:
+        raise RuntimeError(out[-2000:])
+    return out
+
+
+class Wire:
+    """Bytes on the page's websockets (the kernel channel): to the page and from it."""
+
+    def __init__(self, page) -> None:
+        self.recv = self.sent = 0
+        page.on("websocket", self._attach)
+
+    def _attach(self, ws) -> None:
+        ws.on("framereceived", lambda f: self._add("recv", f))
+        ws.on("framesent", lambda f: self._add("sent", f))
+
+    def _add(self, way: str, frame) -> None:
+        n = len(frame.encode() if isinstance(frame, str) else frame)
+        setattr(self, way, getattr(self, way) + n)
+
+    def take(self) -> tuple[int, int]:
+        out = self.recv, self.sent
+        self.recv = self.sent = 0
+        return out

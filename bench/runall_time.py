@@ -69,7 +69,9 @@ WATCH = """() => { window.__ev = []; const t0 = performance.now(); const seen = 
     document.querySelectorAll('.jp-CodeCell .jp-InputPrompt').forEach((el, i) => {
       const t = el.innerText.trim();
       if (seen[i] !== t) { seen[i] = t; log('cell' + i, t); } });
-    if (document.querySelector('.da-play') && !seen.play) { seen.play = 1; log('player'); }
+    if ((document.querySelector('.da-play')
+         || document.querySelector('[data-da-player][data-da-drawn]')) && !seen.play) {
+      seen.play = 1; log('player'); }
     const figs = [...document.querySelectorAll('.js-plotly-plot')];
     const d = figs.filter(f => f.querySelector(MARKS)).length + '/' + figs.length;
     if (figs.length && seen.drawn !== d) { seen.drawn = d; log('plots drawn ' + d); }
@@ -116,7 +118,7 @@ def browser(root: Path, nb_path: Path) -> str:
             page.wait_for_function(KERNEL_IDLE, timeout=180_000)
             page.evaluate(WATCH)
             page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
-            page.wait_for_selector(".da-play", timeout=300_000)
+            page.wait_for_selector(".da-play, [data-da-player][data-da-drawn]", timeout=300_000)
             page.wait_for_function(KERNEL_IDLE, timeout=600_000)
             events = page.evaluate("window.__ev")
             b.close()

@@ -1,6 +1,6 @@
 """The browser test's parts: JupyterLab started the way `make lab` starts it (tools/lab_files.py),
-headless Chromium, and what the test reads back from the page (plotly's own data in each graph
-div, the SVG it drew, element boxes and font sizes)."""
+headless Chromium, and what the test reads back from the page (the player's data-da-* hooks,
+what each diagram drew: its SVG rows and cells, its text, element boxes and font sizes)."""
 
 from __future__ import annotations
 
@@ -138,43 +138,54 @@ def stderr_in_cell(page, index: int) -> list[str]:
     }""", index)
 
 
+PLAYER = "[data-da-player]"
+
+
 def step_shown(page) -> int | None:
-    text = page.locator(".da-step-counter").first.inner_text(timeout=60_000)
-    parts = text.split()
-    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+    """The engine step on screen (the player's data-da-engine-step), None before any."""
+    v = page.locator(PLAYER).first.get_attribute("data-da-engine-step", timeout=60_000)
+    return int(v) if v not in (None, "") else None
 
 
-# ---- what the page drew ------------------------------------------------------------------------
-
-# Per plotly graph under each root: plotly's data in the page (points per trace), the marks its
-# SVG holds (paths with geometry, drawn texts: counts, not one mark per block), its annotation
-# texts and the x range it drew. A graph drawn before its data came has no points and shows
-# plotly's empty-figure axes (-1 to 6).
-DRAWN_JS = """(sel) => [...document.querySelectorAll(sel)].map(root =>
-    [...root.querySelectorAll('.js-plotly-plot')].map(gd => {
-        const n = t => Math.max((t.x || []).length, (t.y || []).length);
-        const marks = [...gd.querySelectorAll(
-            '.cartesianlayer .trace path, .cartesianlayer .trace text')]
-            .filter(e => (e.getAttribute('d') || e.textContent || '').trim().length > 0
-                         && e.getAttribute('d') !== 'M0,0Z').length;
-        const fl = gd._fullLayout || {};
-        return {points: (gd.data || []).map(n), marks: marks,
-                notes: [...gd.querySelectorAll('.annotation-text')].map(e => e.textContent),
-                xrange: fl.xaxis ? fl.xaxis.range : null};
-    }))"""
+def player_state(page) -> dict:
+    """The player's hooks: step (index on screen), steps (known), drawn (painted since ▶)."""
+    return page.evaluate("""(sel) => { const e = document.querySelector(sel);
+        const n = (k) => e && e.getAttribute(k) !== null ? Number(e.getAttribute(k)) : null;
+        return {step: n('data-da-step'), steps: n('data-da-steps'), drawn: n('data-da-drawn'),
+                engine_step: n('data-da-engine-step'),
+                playing: !!e && e.classList.contains('da-playing')}; }""", PLAYER)
 
 
-def drawn(page, selector: str) -> list[list[dict]]:
-    return page.evaluate(DRAWN_JS, selector)
+# What each diagram drew, read from its SVG and text: the runs of its rows (rects with
+# data-run), the grid's cells, its text, and the chart's points.
+DRAWN_JS = """(n) => { const root = document.querySelector(`[data-da-diagram="${n}"]`);
+    if (!root) return null;
+    const strips = {};
+    for (const g of root.querySelectorAll('[data-strip]')) strips[g.dataset.strip] =
+        [...g.querySelectorAll('rect[data-run]')].map(r => [...r.dataset.run.split(',').map(Number),
+            r.dataset.fill, r.dataset.id === '' ? null : Number(r.dataset.id)]);
+    const read = root.querySelector('[data-series=read]');
+    return {strips, cells: root.querySelectorAll('rect[data-cells]').length,
+            text: root.innerText, svg_text: [...root.querySelectorAll('svg text')]
+                .map(t => t.textContent).join(' | '),
+            pulses: root.querySelectorAll('.da-pulse').length,
+            chart: read ? read.dataset.y.split(',').filter(x => x).map(Number) : null,
+            packet: root.dataset.daPacket || null,
+            box: (r => [r.width, r.height])(root.getBoundingClientRect())}; }"""
 
 
-def chart_points(page, selector: str, trace: str) -> list[float]:
-    """The y values plotly holds in the page for the trace named `trace` under `selector`."""
-    return page.evaluate("""([sel, name]) => {
-        const gd = document.querySelector(sel + ' .js-plotly-plot');
-        const t = gd && (gd.data || []).find(t => t.name === name);
-        return t ? Array.from(t.y || []) : [];
-    }""", [selector, trace])
+def drawn(page, n: int) -> dict | None:
+    return page.evaluate(DRAWN_JS, n)
+
+
+def per_block(runs: list) -> dict[int, tuple[str, int | None]]:
+    """{slot: (fill, physical id)} from a strip's runs (ids count up by one inside a run)."""
+    out = {}
+    for a, b, fill, first in runs:
+        for j in range(a, b):
+            assert j not in out, f"two runs cover slot {j}"
+            out[j] = (fill, None if first is None else first + j - a)
+    return out
 
 
 # Layout at the window's size: for each root, the output cell it sits in, every element or
@@ -189,10 +200,8 @@ LAYOUT_JS = """(sel) => [...document.querySelectorAll(sel)].map(root => {
     const name = e => e.tagName.toLowerCase() + (e.getAttribute('class')
         ? '.' + e.getAttribute('class').split(' ').slice(0, 2).join('.') : '') +
         (e.textContent ? ' "' + e.textContent.trim().slice(0, 40) + '"' : '');
-    let minFont = 1e9, minText = '', minMark = 1e9, minMarkText = '';
+    let minFont = 1e9, minText = '';
     for (const e of root.querySelectorAll('*')) {
-        // plotly's drag handles: invisible, and partly outside the plot by design
-        if (e.closest('.draglayer') || e.querySelector('.draglayer')) continue;
         const r = e.getBoundingClientRect();
         if (r.width === 0 || r.height === 0) continue;
         if (r.right > box.right + 1 || r.left < box.left - 1) over.push(name(e));
@@ -202,10 +211,7 @@ LAYOUT_JS = """(sel) => [...document.querySelectorAll(sel)].map(root => {
             if (r.right > s.right + 1 || r.left < s.left - 1) over.push('clipped ' + name(e));
             const scale = s.width / (svg.width.baseVal.value || s.width);
             const f = parseFloat(getComputedStyle(e).fontSize) * scale;
-            // a label inside a mark: a block's id in its square (scatter text, heatmap cell)
-            if (e.closest('.textpoint') || e.closest('.heatmaplayer')) {
-                if (f < minMark) { minMark = f; minMarkText = name(e); }
-            } else if (f < minFont) { minFont = f; minText = name(e); }
+            if (f < minFont) { minFont = f; minText = name(e); }
         } else if (!svg && [...e.childNodes].some(
                 c => c.nodeType === 3 && c.textContent.trim())) {
             const f = parseFloat(getComputedStyle(e).fontSize);
@@ -215,8 +221,7 @@ LAYOUT_JS = """(sel) => [...document.querySelectorAll(sel)].map(root => {
     for (const e of [cell, ...cell.querySelectorAll('.widget-box, .widget-hbox, .widget-vbox')])
         if (e.scrollWidth > e.clientWidth + 1) over.push('scrolls ' + name(e));
     return {cell_width: box.width, overflow: over.slice(0, 12), n_overflow: over.length,
-            min_font: minFont, min_text: minText, min_mark_font: minMark,
-            min_mark_text: minMarkText};
+            min_font: minFont, min_text: minText};
 })"""
 
 

@@ -35,3 +35,12 @@ def reference(tiny_model):
     from da_lab.checks.oracle import load_reference
 
     return load_reference(tiny_model)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium per test module, for the exported page's tests (page_lab.py)."""
+    from page_lab import chromium
+
+    with chromium() as b:
+        yield b

@@ -1,8 +1,9 @@
 """The real thing in a real browser: JupyterLab started with `make lab`'s flags and settings
 (tools/lab_files.py), the tour and the DA-hook notebook run live in headless Chromium (Debian's,
-driven by Playwright) at 1366 x 768 with the file browser open. What is checked is read from the
-page: plotly's data in each graph and the marks its SVG drew, the texts on screen, element
-boxes and font sizes. Screenshots go to work/screenshots/ (git-ignored); their paths are
+driven by Playwright) at 1366 x 768 with the file browser open. The diagrams are drawn and
+played in the page; what is checked is read from it: the player's data-da-* hooks, what each
+diagram drew (its rows' runs, its text, the chart's points), element boxes and font sizes, and
+the console (no errors). Screenshots go to work/screenshots/ (git-ignored); their paths are
 printed at the end of the run.
 """
 
@@ -13,38 +14,28 @@ import time
 
 import pytest
 from browser_lab import (
+    PLAYER,
     ROOT,
     Server,
-    chart_points,
     code_cells,
     drawn,
     launch,
     layout,
     open_notebook,
+    player_state,
     run_cells,
     stderr_in_cell,
-    step_shown,
 )
 
 WINDOW = {"width": 1366, "height": 768}
 SHOTS = ROOT / "work" / "screenshots"
 TOUR, HOOK = "00_tour.ipynb", "04_da_hook.ipynb"
-
-# Everything the test clicks or reads, in one place (the widgets' CSS classes).
-PLAY = ".da-play button"                      # the player's ▶ / ⏸ (Play's first button)
-PAUSED = ".da-play button i.fa-play"          # ▶ shown: not playing
-DIAGRAMS = {"1 skeleton": ".da-skeleton", "2 blocks": ".da-blocks",
-            "3 metadata path": ".da-metadata-path", "4 DA hook": ".da-dahook"}
-STEER = ".da-steer-local button, button.da-steer-local"
+ACTION = "[data-da-action={}]"
+DIAGRAMS = {1: "1 skeleton", 2: "2 blocks", 3: "3 metadata path", 4: "4 DA hook"}
 FOCUS_LAMP_ON = ".da-lamp-focus.da-lamp-on"
-STREAM = ".da-stream"
+STREAM = "[data-da-part=stream]"
 STATUS = ".da-steer-status"
-CHART, CHART_TRACE = ".da-blocks-chart", "blocks read"
-BLOCKS_READ = ".da-blocks-read"
-ROWS_PLOT = '.da-blocks .nsewdrag[data-subplot="xy"]'    # diagram 2's block-table rows
-HIGHLIGHT = ".da-highlight"
-SCROLLER = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer"
-MIN_FONT, MIN_MARK_FONT = 11, 9     # px: any text; a block id inside its square
+MIN_FONT = 11      # px: any text on screen
 # The notebooks run as a learner gets them: the trained da-tiny-tags (not the random model the
 # other tests pin), whose lesson request has no scripted tags: the model writes its own
 # <focus Ck>; the test then steers LOCAL, so a further drop in blocks read comes from the button.
@@ -72,35 +63,48 @@ def lab(tmp_path_factory, request):
         print("", *(f"browser screenshot: {s}" for s in shots), sep="\n")
 
 
+def _page(browser):
+    """A page at 1366 x 768 that records console errors and uncaught exceptions."""
+    page = browser.new_page(viewport=WINDOW)
+    page.errors = []
+    page.on("console", lambda m: m.type == "error" and page.errors.append(m.text))
+    page.on("pageerror", lambda e: page.errors.append(f"uncaught: {e}"))
+    return page
+
+
 def _shot(page, name: str, *, element: str | None = None) -> None:
     path = SHOTS / f"{name}.png"
     if element is None:
         page.screenshot(path=str(path))
     else:
-        # The whole diagram at the window's width: a taller viewport for the picture only.
-        page.set_viewport_size({"width": WINDOW["width"], "height": 2600})
         page.locator(element).first.screenshot(path=str(path))
-        page.set_viewport_size(WINDOW)
     shots.append(str(path))
 
 
 def _start(page, server, name: str) -> None:
     """Open `name` (file browser shown), run its first two code cells (the source, the
-    diagrams) and wait for the player; no stderr under the first, no news toast."""
+    diagrams) and wait for the player's first step; no stderr under the first, no toast."""
     open_notebook(page, server, name)
     cells = code_cells(page)
     run_cells(page, cells[:2])
-    page.wait_for_selector(PLAY, timeout=300_000)
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_selector(f"{PLAYER}[data-da-drawn]", timeout=600_000)
+    except PlaywrightTimeout:
+        _shot(page, "failed_start")
+        outs = page.evaluate("[...document.querySelectorAll('.jp-OutputArea-output')]"
+                             ".map(e => e.innerText.slice(-600))")
+        raise AssertionError(f"{name}: no player drawn; the outputs: {outs}") from None
     assert stderr_in_cell(page, cells[0]) == [], "the first cell printed to stderr"
     assert page.get_by_text("Jupyter news").count() == 0, "the news toast is showing"
+    # to the player, as a learner scrolls (a diagram off screen is drawn when it comes into view)
+    page.evaluate("(sel) => document.querySelector(sel).scrollIntoView({block: 'start'})", PLAYER)
+    page.wait_for_timeout(300)
 
 
-def _press(page, sel: str) -> None:
-    """A click event on the button itself: the stream growing while the page scrolls to it
-    can move it between Playwright's aim and its click (2 missed presses in ~12 runs)."""
-    button = page.locator(sel).first
-    button.scroll_into_view_if_needed(timeout=60_000)
-    button.dispatch_event("click")
+def _press(page, action: str) -> None:
+    page.locator(ACTION.format(action)).first.dispatch_event("click")
 
 
 def _wait(page, js: str, arg, timeout_s: float, what: str) -> None:
@@ -113,151 +117,161 @@ def _wait(page, js: str, arg, timeout_s: float, what: str) -> None:
         _shot(page, "failed")
         seen = page.evaluate("""(sels) => sels.map(s => { const e = document.querySelector(s);
             return s + ': ' + (e ? e.innerText.slice(-300) : '(none)'); })""",
-                             [".da-step-counter", STREAM, STATUS, BLOCKS_READ, PLAY])
+                             [".da-step-counter", STREAM, STATUS, ".da-blocks-read",
+                              ".da-player-note"])
         raise AssertionError(f"{what}: not seen in {timeout_s} s; the page showed:\n"
-                             + "\n".join(seen)) from None
+                             + "\n".join(seen) + f"\nplayer: {player_state(page)}") from None
 
 
-def _play_until(page, steps: int, timeout: float = 180) -> int:
-    """Press ▶ and wait until the counter moved `steps` on; returns the step shown."""
-    start = step_shown(page) or 0
-    _press(page, PLAY)
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        now = step_shown(page)
-        if now is not None and now >= start + steps:
-            return now
-        page.wait_for_timeout(250)
-    raise AssertionError(f"the player did not move {steps} steps from {start} in {timeout} s")
+def _play_until(page, steps: int, timeout: float = 240) -> int:
+    """Press ▶ and wait until `steps` more steps are on screen; returns the index shown."""
+    start = player_state(page)["step"]
+    _press(page, "play")
+    _wait(page, "([sel, n]) => Number(document.querySelector(sel).dataset.daStep) >= n",
+          [PLAYER, start + steps], timeout, f"{steps} steps played")
+    return player_state(page)["step"]
 
 
-def _pause(page, settle_s: float = 2.0) -> int:
-    """Press ⏸ and wait until the step shown stays put for `settle_s` (a busy kernel may
-    still run the ticks that reached it before the pause); returns that step."""
-    _press(page, PLAY)
-    page.wait_for_selector(PAUSED, timeout=60_000)
-    last, since = step_shown(page), time.monotonic()
-    while time.monotonic() - since < settle_s:
-        page.wait_for_timeout(250)
-        now = step_shown(page)
-        if now != last:
-            last, since = now, time.monotonic()
-    return last
-
-
-def _assert_drawn(page, name: str, sel: str) -> None:
-    graphs = [g for root in drawn(page, sel)[:1] for g in root]
-    assert graphs, f"diagram {name}: no plotly graph on the page"
-    for k, g in enumerate(graphs):
-        assert sum(g["points"]) > 0 and g["marks"] > 0, f"diagram {name}, graph {k}: {g}"
-        assert g["xrange"] != [-1, 6], f"diagram {name}, graph {k}: plotly's empty axes"
+def _assert_drawn(page, n: int) -> None:
+    d = drawn(page, n)
+    assert d is not None, f"diagram {DIAGRAMS[n]}: no data-da-diagram={n} on the page"
+    step = player_state(page)["engine_step"]
+    if n == 1:
+        assert f"step {step}: attention call" in d["svg_text"], d["svg_text"][-400:]
+    elif n == 2:
+        assert all(d["strips"].get(k) for k in ("logical", "staged", "device", "kernel")), d
+        assert d["cells"] > 0
+    elif n == 3:
+        assert f"step {step} ·" in d["text"] and d["packet"], d["text"][:300]
+    else:
+        assert d["strips"].get("held") and d["chart"], d
+        assert "blocks read:" in d["text"]
 
 
 def _assert_fits(page) -> None:
-    for name, sel in DIAGRAMS.items():
-        for m in layout(page, sel):
+    for n, name in DIAGRAMS.items():
+        for m in layout(page, f'[data-da-diagram="{n}"]'):
             assert m["n_overflow"] == 0, f"diagram {name} overflows its cell: {m}"
             assert m["min_font"] >= MIN_FONT, f"diagram {name}: text below {MIN_FONT} px: {m}"
-            assert m["min_mark_font"] >= MIN_MARK_FONT, f"diagram {name}: {m}"
 
 
-def _scroll(page, to: str) -> None:
-    page.evaluate(f"document.querySelector('{SCROLLER}').scrollTop = "
-                  + ("0" if to == "top" else "1e9"))
+def _hover_block(page) -> int:
+    """Rest the mouse on the first block of diagram 2's staged row; returns the physical block
+    the page took it for."""
+    g = page.locator('[data-da-diagram="2"] [data-strip=staged] rect[data-run]').first
+    g.scroll_into_view_if_needed()
+    box = g.bounding_box()
+    page.mouse.move(box["x"] + 2, box["y"] + box["height"] / 2)
+    page.wait_for_function("[...globalThis.__daLabHubs.values()].some((h) => h.block !== null)")
+    return page.evaluate("[...globalThis.__daLabHubs.values()].find((h) => h.block !== null)"
+                         ".block")
 
 
-def _shutdown_kernels(page) -> None:
-    page.evaluate("window.jupyterapp.serviceManager.sessions.shutdownAll()")
-
-
-def test_tour_draws_every_diagram_while_playing(lab):
+def test_tour_draws_every_diagram_plays_scrubs_and_pulses(lab):
     server, browser = lab
-    page = browser.new_page(viewport=WINDOW)
+    page = _page(browser)
     _start(page, server, TOUR)
+    ids = page.evaluate("[...document.querySelectorAll('[data-da-diagram]')]"
+                        ".map(e => e.dataset.daDiagram)")
+    assert ids == ["1", "2", "3", "4"]
     _assert_fits(page)
     _shot(page, "tour_1366x768_start")
     _play_until(page, 3)
-    for name, sel in DIAGRAMS.items():
-        _assert_drawn(page, name, sel)
-    # A figure updated while out of view shows the current step when it comes back.
-    _scroll(page, "bottom")
-    page.wait_for_timeout(500)
-    before = step_shown(page)
-    t0 = time.monotonic()
-    while step_shown(page) < before + 3 and time.monotonic() - t0 < 120:
-        page.wait_for_timeout(250)
-    step = _pause(page)
-    _scroll(page, "top")
-    page.locator(PLAY).first.scroll_into_view_if_needed()
-    page.wait_for_function(
-        "([sel, step]) => [...document.querySelectorAll(sel + ' .shape-label-text')]"
-        ".some(e => e.textContent.startsWith('step ' + step + ':'))",
-        arg=[DIAGRAMS["1 skeleton"], step], timeout=30_000)
+    _press(page, "pause")
+    st = player_state(page)
+    assert not st["playing"] and st["drawn"] >= 1 and st["steps"] >= st["step"] + 1
+    for n in DIAGRAMS:
+        page.locator(f'[data-da-diagram="{n}"]').first.scroll_into_view_if_needed()
+        page.wait_for_timeout(300)
+        _assert_drawn(page, n)
+    # hover a block: its physical block pulses in diagram 2 and in diagram 4's row
+    p = _hover_block(page)
+    _wait(page, "() => document.querySelectorAll('[data-da-diagram=\"4\"] .da-pulse').length"
+          " > 0", None, 10, "the hovered block pulsing in diagram 4")
+    assert drawn(page, 2)["pulses"] >= 2 and f"block {p}:" in drawn(page, 2)["text"]
+    assert f"physical block {p}:" in drawn(page, 3)["text"]
+    page.mouse.move(2, 2)
+    _wait(page, "() => document.querySelectorAll('.da-pulse').length === 0", None, 10,
+          "the pulse gone once the mouse left")
+    # scrub back to the first step: every diagram shows it, nothing from later steps
+    page.locator(ACTION.format("scrub")).first.scroll_into_view_if_needed()
+    page.evaluate("(sel) => { const s = document.querySelector(sel); s.value = 0;"
+                  " s.dispatchEvent(new Event('input')); }", ACTION.format("scrub"))
+    assert player_state(page)["step"] == 0
+    first = player_state(page)["engine_step"]
+    # (a diagram off screen is drawn when it comes into view)
+    page.locator('[data-da-diagram="4"]').first.scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    assert len(drawn(page, 4)["chart"]) <= 1
+    page.locator('[data-da-diagram="1"]').first.scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    assert f"step {first}: attention call" in drawn(page, 1)["svg_text"]
     _shot(page, "tour_1366x768_played")
-    for name, sel in DIAGRAMS.items():
-        _shot(page, f"tour_{name.replace(' ', '_')}", element=sel)
-    _shutdown_kernels(page)
+    for n, name in DIAGRAMS.items():
+        _shot(page, f"tour_{name.replace(' ', '_')}", element=f'[data-da-diagram="{n}"]')
+    assert page.errors == []
+    page.evaluate("window.jupyterapp.serviceManager.sessions.shutdownAll()")
     page.close()
 
 
-def test_da_hook_steer_mid_run_and_a_second_tab(lab):
+def test_da_hook_steer_while_playing_step_back_and_a_second_tab(lab):
     server, browser = lab
-    page = browser.new_page(viewport=WINDOW)
+    page = _page(browser)
     _start(page, server, HOOK)
     _assert_fits(page)
-    page.locator(CHART).first.scroll_into_view_if_needed()
     _play_until(page, 2)
-    for name in ("2 blocks", "4 DA hook"):
-        _assert_drawn(page, name, DIAGRAMS[name])
     # The model writes its own <focus Ck>: wait for FOCUS, then note what a step reads.
-    page.wait_for_selector(FOCUS_LAMP_ON, timeout=180_000)
+    page.wait_for_selector(FOCUS_LAMP_ON, timeout=240_000)
     page.wait_for_timeout(1500)
-    read = chart_points(page, CHART, CHART_TRACE)
+    read = drawn(page, 4)["chart"]
     assert len(read) >= 2 and read[-1] < max(read), read      # its own tag hid blocks
     # Steer while it plays: <local> appears in the stream and blocks read per step drops
     # below what the model's own FOCUS read.
-    _press(page, STEER)
+    assert player_state(page)["playing"]
+    page.locator("[data-da-steer=local]").first.dispatch_event("click")
     _wait(page, "(sel) => document.querySelector(sel).innerText.includes('writes <local>')",
           STATUS, 60, "the kernel taking the LOCAL press")
     _wait(page, "(sel) => document.querySelector(sel).innerText.includes('<local>')", STREAM,
           180, "the LOCAL tag in the stream")
-    _wait(page, "([sel, name, top]) => { const gd = document.querySelector(sel + "
-          "' .js-plotly-plot'); const t = (gd.data || []).find(t => t.name === name);"
-          " return t && t.y.length && t.y[t.y.length - 1] < top; }",
-          [CHART, CHART_TRACE, read[-1]], 180, "blocks read dropping after LOCAL")
-    label = page.locator(BLOCKS_READ).first.inner_text()
-    assert int(label.split(":")[1].split()[0]) < read[-1], label
-    step = _pause(page)
+    _wait(page, "(top) => { const e = document.querySelector('[data-da-diagram=\"4\"] "
+          "[data-series=read]'); const y = e ? e.dataset.y.split(',').map(Number) : [];"
+          " return y.length && y[y.length - 1] < top; }", read[-1], 180,
+          "blocks read dropping after LOCAL")
+    _press(page, "pause")
+    page.wait_for_timeout(1000)
+    st = player_state(page)
+    assert not st["playing"] and st["drawn"] > 2
+    # step back: the page shows the earlier step at once, and steering says why it is off
+    _press(page, "prev")
+    assert player_state(page)["step"] == st["step"] - 1
+    assert "you are looking at step" in page.inner_text(".da-steer-off")
+    assert page.locator("[data-da-steer=local]").first.is_disabled()
+    _press(page, "next")
+    assert player_state(page)["step"] == st["step"]
     _shot(page, "da_hook_1366x768_steered")
-    # Hover a block of the physical cache: its id is followed across the diagrams.
-    # The rows are runs under a per-block hover layer: block 0 of the staged row (the middle
-    # of the three rows' plot area).
-    rows = page.locator(ROWS_PLOT).first
-    rows.scroll_into_view_if_needed()
-    box = rows.bounding_box()
-    page.mouse.move(box["x"] + 3, box["y"] + box["height"] / 2)
-    page.wait_for_function(f"document.querySelector('{HIGHLIGHT}').innerText"
-                           ".includes('physical')", timeout=60_000)
 
-    # A second tab on the same live kernel draws the figures as they are now.
+    # A second tab on the same live kernel gets every step the first has, and the step on
+    # screen.
     page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
     page.wait_for_timeout(1000)
-    other = browser.new_page(viewport=WINDOW)
+    other = _page(browser)
     open_notebook(other, server, HOOK)
-    other.locator(CHART).first.scroll_into_view_if_needed(timeout=120_000)
-    t0 = time.monotonic()       # both tabs read at the same moment: a late tick moves both
-    while True:
-        mine, theirs = (chart_points(p, CHART, CHART_TRACE) for p in (page, other))
-        if mine and theirs == mine or time.monotonic() - t0 > 120:
-            break
-        other.wait_for_timeout(500)
-    assert theirs == mine and len(mine) >= len(read), (theirs, mine)
-    for name in ("2 blocks", "4 DA hook"):
-        _assert_drawn(other, name, DIAGRAMS[name])
-    assert step_shown(other) == step_shown(page) >= step
+    _wait(other, "([sel, n]) => { const e = document.querySelector(sel);"
+          " return e && Number(e.dataset.daSteps) === n; }", [PLAYER, st["steps"]], 120,
+          "the second tab getting every step")
+    t0 = time.monotonic()
+    while player_state(other)["step"] != st["step"] and time.monotonic() - t0 < 30:
+        other.wait_for_timeout(250)
+    assert player_state(other)["step"] == st["step"]
+    other.evaluate("(sel) => document.querySelector(sel).scrollIntoView({block: 'start'})",
+                   PLAYER)
+    _wait(other, "(i) => document.querySelector('[data-da-diagram=\"4\"]').dataset.daShows"
+          " == i", st["step"], 30, "the second tab drawing diagram 4")
+    assert drawn(other, 4)["chart"] == drawn(page, 4)["chart"]
     _shot(other, "da_hook_second_tab")
+    assert other.errors == [] and page.errors == []
     other.close()
-    for name in ("2 blocks", "4 DA hook"):
-        _shot(page, f"da_hook_{name.replace(' ', '_')}", element=DIAGRAMS[name])
-    _shutdown_kernels(page)
+    for n in (2, 4):
+        _shot(page, f"da_hook_{DIAGRAMS[n].replace(' ', '_')}", element=f'[data-da-diagram="{n}"]')
+    page.evaluate("window.jupyterapp.serviceManager.sessions.shutdownAll()")
     page.close()

@@ -1,24 +1,32 @@
-"""plotly's 5 MB front-end module goes to the browser once per kernel (figure.py's carrier
-widget), not once per figure: a diagram's LiveFigure carries a few lines that wait for it."""
+"""The page's modules reach it as plain ES modules (static/*.js), no build step: the one module
+anywidget loads carries them all, each linked after the modules it imports, and every import
+names a module that is there. The same sources go into the exported page."""
 
-from da_lab_widgets import figure, preload_figures
-from da_lab_widgets.figure import LiveFigure
+import re
+
+from da_lab_widgets import bundle
+from da_lab_widgets.page import page_html
+from da_lab_widgets.player import PlayerWidget
+
+IMPORT = re.compile(r"""from\s*["']\./([\w.-]+\.js)["']""")
 
 
-def test_figures_share_one_copy_of_plotlys_module():
-    assert len(figure._PLOTLY) > 1_000_000              # what each figure used to carry
-    preload_figures()
-    carrier = figure._carrier
-    assert carrier is not None and carrier.plotly_module == figure._PLOTLY
-    figs = [LiveFigure(), LiveFigure(layout=dict(height=100))]
-    for f in figs:
-        # its own few kB of front end (the edits' routing), never plotly's 5 MB
-        assert len(f._esm) < 10_000 and figure._KEY in f._esm
-    preload_figures()
-    assert figure._carrier is carrier                   # once per kernel
-    # The figures still behave as plotly figures on the Python side, and their state is the
-    # current figure (a second tab draws what is there now, not what was built).
-    figs[1].add_scatter(x=[0, 1], y=[2, 3])
-    assert list(figs[1].data[0].y) == [2, 3]
-    state = figs[1].get_state()
-    assert state["_widget_data"][0]["y"] == [2, 3]
+def test_every_module_is_linked_after_what_it_imports():
+    src, order = bundle.sources(), bundle.order()
+    assert order[-1] == "app.js" and sorted(order) == sorted(src)
+    for name in order:
+        for dep in IMPORT.findall(src[name]):
+            assert dep in src, f"{name} imports {dep}, which static/ does not have"
+            assert order.index(dep) < order.index(name), f"{dep} must come before {name}"
+    # everything under static/ that is a module is used (the loader and page are not modules)
+    shipped = {p.name for p in bundle.STATIC.glob("*.js")} - {"loader.js"}
+    assert shipped == set(src)
+
+
+def test_the_widget_and_the_page_carry_the_same_modules():
+    esm = PlayerWidget._esm
+    for name, text in bundle.sources().items():
+        assert bundle._json(text)[1:-1] in esm, name
+    assert "/*SOURCES*/" not in esm and len(esm) < 300_000      # a few hundred kB at most
+    page = page_html({"uid": "u", "diagrams": []}, b"DAL1\x00\x00\x00\x00", title="t")
+    assert esm in page and bundle.css() in page and '<script src="' not in page

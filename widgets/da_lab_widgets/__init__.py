@@ -1,22 +1,20 @@
-"""ipywidgets + plotly diagrams of the DA lab, driven live by a Lab or by a recorded trace."""
+"""The DA lab's four diagrams and their player, drawn in the browser (static/*.js), fed live by a
+Lab or by a recorded trace."""
 
 from importlib import import_module
 
-# Imported on first use: plotly's FigureWidget costs seconds to import, and a caller that only
-# reads a trace (kv_state, TraceSource) should not pay for it.
+# Imported on first use: a caller that only reads a trace (TraceSource) needs no
+# widget machinery.
 _EXPORTS = {
     "Highlight": "highlight",
     "TraceSource": "source",
     "LiveSource": "source",
-    "kv_state": "source",
     "Player": "player",
     "BlocksDiagram": "blocks",
     "DAHookDiagram": "dahook",
     "SkeletonDiagram": "skeleton",
     "MetadataPathDiagram": "metadata_path",
     "export_trace": "export",
-    "preload_figures": "figure",
-    "LiveFigure": "figure",
 }
 
 __all__ = list(_EXPORTS)

@@ -1,22 +1,20 @@
-"""Export: every diagram of a recorded run as PNG, SVG and standalone HTML, at one step or a
-range of steps, and the whole run as one animated HTML page.
+"""Export: the whole run as one page that needs no kernel, and every diagram as PNG and SVG at
+one step or a range of steps.
 
-Headless and offline. Needs no vLLM: the diagrams read a trace. Images are rendered by kaleido
-1.x, which drives a Chromium-based browser over the DevTools pipe; we point it at the system
-Chromium (BROWSER_PATH, default /usr/bin/chromium) and never download one. Running as root
-needs Chromium's --no-sandbox: choreographer (kaleido's browser driver) already adds it unless
-`enable_sandbox=True` is asked for (choreographer/browsers/chromium.py, get_cli), so we pass
-enable_sandbox=False explicitly to keep that guarantee visible. MathJax is off (kaleido would
-fetch it from a CDN; no diagram uses LaTeX). HTML files embed plotly.js, so they open offline.
+Headless and offline; needs no vLLM (the diagrams read a trace). The page is the notebook's
+player and diagrams with the trace embedded (page.py): one HTML file, no network, opens from
+file://. The images are that page drawn by the system Chromium (BROWSER_PATH, default
+/usr/bin/chromium, driven by Playwright; none is ever downloaded): a PNG of each diagram's box
+and an SVG of it (the drawing's own SVG, the text parts as XHTML inside a foreignObject).
 
-    da-lab export TRACE --out DIR             DIR/1_skeleton.{png,svg,html}, 2_blocks.*,
-                                              3_metadata_path.*, 4_da_hook.*, blocks_read.*
-                                              (the last step)
-    da-lab export TRACE --out DIR --step N    the same, at engine step N
-    da-lab export TRACE --out DIR --steps A:B DIR/step_A/*.{png,svg} ... DIR/step_B/*
-                                              (A, B inclusive; either may be left out)
-    da-lab export TRACE --out DIR --animate   also DIR/run.html: every diagram, one frame per
-                                              step (of --steps if given, else the whole run)
+    da-lab export TRACE --html FILE            the page: all four diagrams and the player
+    da-lab export TRACE --out DIR              DIR/1_skeleton.{png,svg}, 2_blocks.*,
+                                               3_metadata_path.*, 4_da_hook.*, blocks_read.*
+                                               (the last step)
+    da-lab export TRACE --out DIR --step N     the same, at engine step N
+    da-lab export TRACE --out DIR --steps A:B  DIR/step_A/*.{png,svg} ... DIR/step_B/*
+                                               (A, B inclusive; either may be left out)
+    --animate (with --out)                     also DIR/run.html: the page, as --html writes it
 """
 
 from __future__ import annotations
@@ -24,17 +22,21 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 DEFAULT_BROWSER = "/usr/bin/chromium"
 FORMATS = ("png", "svg")
-# Used when a figure doesn't set its own size (kaleido's default is 700 x 500).
-DEFAULT_SIZE = (1200, 800)
+NAMES = ("1_skeleton", "2_blocks", "3_metadata_path", "4_da_hook", "blocks_read")
+_SELECTORS = dict(zip(NAMES, ['[data-da-diagram="1"]', '[data-da-diagram="2"]',
+                              '[data-da-diagram="3"]', '[data-da-diagram="4"]',
+                              '[data-da-diagram="4"] [data-da-part="chart"]'], strict=True))
+WIDTH = 1366          # the page's width when drawn for images (the lab's smallest screen)
 
 
 def browser_path() -> str:
-    """The Chromium kaleido will drive: $BROWSER_PATH, else the system Chromium (set into
-    BROWSER_PATH so choreographer's own lookups agree). Never downloads one."""
+    """The Chromium export drives: $BROWSER_PATH, else the system Chromium (set into
+    BROWSER_PATH so kaleido's and Playwright's lookups agree). Never downloads one."""
     if not os.environ.get("BROWSER_PATH"):
         os.environ["BROWSER_PATH"] = DEFAULT_BROWSER
     path = os.environ["BROWSER_PATH"]
@@ -42,110 +44,40 @@ def browser_path() -> str:
         found = shutil.which(path)
         if not found:
             raise RuntimeError(
-                f"no Chromium at BROWSER_PATH={path!r}: image export drives a system "
-                "Chromium-based browser (Debian: apt-get install chromium); set BROWSER_PATH "
-                "to its executable. (kaleido.get_chrome() would download one; da_lab never "
-                "does.)")
+                f"no Chromium at BROWSER_PATH={path!r}: export drives a system Chromium-based "
+                "browser (Debian: apt-get install chromium); set BROWSER_PATH to its "
+                "executable. (da_lab never downloads one.)")
         path = found
     return path
 
 
-def _static(fig):
-    """A plain go.Figure copy of a FigureWidget (what kaleido and write_html serialize)."""
-    import plotly.graph_objects as go
+def run_page(trace_path: str | Path, *, eager: bool = False) -> str:
+    """The page of a trace: the player and all four diagrams, the trace embedded."""
+    from da_lab_widgets import (
+        BlocksDiagram,
+        DAHookDiagram,
+        Highlight,
+        MetadataPathDiagram,
+        Player,
+        SkeletonDiagram,
+        TraceSource,
+    )
 
-    return go.Figure(fig)
+    from .page import page_html
 
-
-def _size(fig) -> tuple[int, int]:
-    w, h = fig.layout.width, fig.layout.height
-    return int(w or DEFAULT_SIZE[0]), int(h or DEFAULT_SIZE[1])
-
-
-def _image_jobs(figures: dict[str, object], out: Path) -> list[dict]:
-    """kaleido jobs for <name>.png and <name>.svg of each figure, as the figure is now."""
-    out.mkdir(parents=True, exist_ok=True)
-    jobs = []
-    for name, fig in figures.items():
-        static = _static(fig)
-        w, h = _size(static)
-        jobs += [{"fig": static, "path": str(out / f"{name}.{fmt}"),
-                  "opts": {"format": fmt, "width": w, "height": h, "scale": 1}}
-                 for fmt in FORMATS]
-    return jobs
-
-
-def _render(jobs: list[dict]) -> list[Path]:
-    """All the images in one browser session."""
-    import kaleido
-
-    path = browser_path()
-    kaleido.write_fig_from_object_sync(
-        jobs, cancel_on_error=True,
-        kopts={"path": path, "enable_sandbox": False, "mathjax": False})
-    written = [Path(j["path"]) for j in jobs]
-    missing = [str(p) for p in written if not p.exists()]
-    if missing:
-        raise RuntimeError(f"export: kaleido reported success but did not write {missing}")
-    return written
-
-
-def export_figures(figures: dict[str, object], out_dir: str | Path) -> list[Path]:
-    """Write <name>.png, <name>.svg and <name>.html for every figure; one browser session
-    renders all the images. Returns the paths written, in order."""
-    out = Path(out_dir)
-    written = _render(_image_jobs(figures, out))
-    for name, fig in figures.items():
-        p = out / f"{name}.html"
-        # include_plotlyjs=True embeds plotly.js (~4 MB): the file opens with no network.
-        _static(fig).write_html(str(p), include_plotlyjs=True, full_html=True)
-        written.append(p)
-    return written
-
-
-def export_figure(fig, base_path: str | Path) -> list[Path]:
-    """Write base_path.png, .svg and .html for one figure (FigureWidget or Figure)."""
-    base = Path(base_path)
-    return export_figures({base.name: fig}, base.parent)
-
-
-NAMES = ("1_skeleton", "2_blocks", "3_metadata_path", "4_da_hook", "blocks_read")
-
-
-def diagrams_at(header: dict, records: list, indices: list[int]):
-    """Every diagram of the lab, built headless once, shown at each record index in turn:
-    yields (index, {export name: plotly figure}) (the same figure objects each time)."""
-    from .highlight import Highlight
-    from .metadata_path import MetadataPathDiagram
-    from .skeleton import SkeletonDiagram
-
-    try:
-        from .blocks import BlocksDiagram
-        from .dahook import DAHookDiagram
-    except ImportError as e:
-        raise RuntimeError(
-            "export needs every diagram: BlocksDiagram (da_lab_widgets/blocks.py) and "
-            f"DAHookDiagram (da_lab_widgets/dahook.py) could not be imported: {e}") from e
-    if not records:
+    src = TraceSource(trace_path)
+    if not src.records:
         raise ValueError("the trace has no step records to draw")
-    hl = Highlight()
-    skel, blocks = SkeletonDiagram(header, hl), BlocksDiagram(header, hl)
-    path, hook = MetadataPathDiagram(header, hl), DAHookDiagram(header, hl)
-    figures = dict(zip(NAMES, (skel.figure, blocks.figure, path.figure, hook.figure,
-                               hook.chart), strict=True))
-    for i in indices:
-        for d in (skel, blocks, hook):
-            d.show(records, i)
-        # The packet at the DA hook: the one stage where the full and the kernel's values differ.
-        path.show(records, i, frame=path.hook_frame)
-        yield i, figures
-
-
-def build_diagrams(header: dict, records: list, i: int | None = None) -> dict[str, object]:
-    """Every diagram of the lab, built headless and shown at record i (default: the last).
-    Returns {export name: plotly figure}."""
-    i = len(records) - 1 if i is None and records else i
-    return next(diagrams_at(header, records, [i]))[1]
+    hl, h = Highlight(), src.header
+    player = Player(src, [SkeletonDiagram(h, hl), BlocksDiagram(h, hl), MetadataPathDiagram(h, hl),
+                          DAHookDiagram(h, hl)])
+    prov = h.get("provenance") or {}
+    steps = [r.step for r in src.records]
+    config = {**player.config(kernel=False), "eager": eager}
+    return page_html(config, player.encoder.packet(), title=f"da_lab · {Path(trace_path).name}",
+                     subtitle=f"{prov.get('vllm', '?')} on {prov.get('device', '?')}, model "
+                              f"{prov.get('model_name') or prov.get('model', '?')}: steps "
+                              f"{steps[0]}–{steps[-1]}, every value from the trace")
 
 
 def step_indices(records: list, step: int | None = None, steps: str | None = None) -> list[int]:
@@ -176,57 +108,123 @@ def step_indices(records: list, step: int | None = None, steps: str | None = Non
     return picked
 
 
-def export_trace(trace_path: str | Path, out_dir: str | Path, *, step: int | None = None,
-                 steps: str | None = None, animate: bool = False) -> list[Path]:
-    """Write the diagrams of the trace as PNG, SVG and HTML into out_dir (at the last step, or
-    at `step`), or as PNG and SVG per step of `steps` into out_dir/step_<N>/; with `animate`,
-    also out_dir/run.html. Returns the paths written."""
+# The diagram's box as an SVG document: its drawings stay vector, its text parts are XHTML in a
+# foreignObject, with the page's stylesheet inside.
+_SVG_OF = """([sel, css]) => {
+  const el = document.querySelector(sel), r = el.getBoundingClientRect();
+  const body = new XMLSerializer().serializeToString(el);
+  const esc = (t) => t.replace(/&/g, '&amp;').replace(/</g, '&lt;');
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${Math.ceil(r.width)}" ` +
+    `height="${Math.ceil(r.height)}"><foreignObject width="100%" height="100%">` +
+    `<div xmlns="http://www.w3.org/1999/xhtml" class="da-player"><style>${esc(css)}</style>` +
+    `${body}</div></foreignObject></svg>`;
+}"""
+
+
+def render_images(page_path: Path, folders: list[tuple[int, Path]]) -> list[Path]:
+    """PNG and SVG of every diagram for each (record index, folder), in one browser."""
+    try:
+        from playwright.sync_api import Error as PlaywrightError
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        raise RuntimeError("image export needs Playwright (pip install playwright; the lab's "
+                           "requirements/cpu.lock has it)") from None
+    try:
+        return _render(sync_playwright, page_path, folders)
+    except PlaywrightError as e:
+        raise RuntimeError(f"Chromium could not draw the page: {str(e).splitlines()[0]}") from None
+
+
+def _render(sync_playwright, page_path: Path, folders: list[tuple[int, Path]]) -> list[Path]:
+    from .bundle import css
+
+    written: list[Path] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=browser_path(),
+                                    args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": WIDTH, "height": 900})
+            page.route("**/*", lambda r: r.abort() if r.request.url.startswith(("http:", "https:"))
+                       else r.continue_())
+            page.goto(page_path.resolve().as_uri())
+            page.wait_for_function("window.daLab !== undefined", timeout=60_000)
+            for i, out in folders:
+                out.mkdir(parents=True, exist_ok=True)
+                page.evaluate("(i) => daLab.goto(i)", i)
+                page.wait_for_function("(i) => daLab.root.dataset.daStep == i", arg=i)
+                for name, sel in _SELECTORS.items():
+                    png = out / f"{name}.png"
+                    page.locator(sel).first.screenshot(path=str(png))
+                    svg = out / f"{name}.svg"
+                    svg.write_text(page.evaluate(_SVG_OF, [sel, css()]))
+                    written += [png, svg]
+        finally:
+            browser.close()
+    return written
+
+
+def export_trace(trace_path: str | Path, out_dir: str | Path | None = None, *,
+                 step: int | None = None, steps: str | None = None, animate: bool = False,
+                 html: str | Path | None = None) -> list[Path]:
+    """The page (`html`), and/or PNG + SVG of every diagram into out_dir (at the last step, or
+    at `step`; per step of `steps` into out_dir/step_<N>/); `animate`: also out_dir/run.html.
+    Returns the paths written."""
     from da_lab.trace import load
 
+    written: list[Path] = []
+    if html is not None:
+        p = Path(html)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(run_page(trace_path))
+        written.append(p)
+    if out_dir is None:
+        return written
     tr = load(trace_path)
     indices = step_indices(tr.records, step, steps)
     out = Path(out_dir)
-    written: list[Path] = []
-    if steps is None:
-        written += export_figures(build_diagrams(tr.header, tr.records, indices[0]), out)
-    else:
-        jobs = [job for i, figures in diagrams_at(tr.header, tr.records, indices)
-                for job in _image_jobs(figures, out / f"step_{tr.records[i].step:04d}")]
-        written += _render(jobs)
+    with tempfile.TemporaryDirectory(prefix="da-export-") as tmp:
+        page = Path(tmp) / "page.html"
+        page.write_text(run_page(trace_path, eager=True))
+        folders = [(i, out if steps is None else out / f"step_{tr.records[i].step:04d}")
+                   for i in indices]
+        written += render_images(page, folders)
     if animate:
-        from .export_run import write_run
-
-        run = indices if steps is not None else list(range(len(tr.records)))
-        written.append(write_run(diagrams_at(tr.header, tr.records, run), tr.header,
-                                 [tr.records[i].step for i in run], out / "run.html",
-                                 title=f"da_lab · {Path(trace_path).name}"))
+        run = out / "run.html"
+        run.write_text(run_page(trace_path))
+        written.append(run)
     return written
 
 
 def main_export(argv: list[str] | None = None) -> int:
-    """`da-lab export TRACE --out DIR [--step N | --steps A:B] [--animate]`: argv is what
-    follows `export`."""
+    """`da-lab export TRACE [--html FILE] [--out DIR [--step N | --steps A:B] [--animate]]`:
+    argv is what follows `export`."""
     import sys
 
     from da_lab.trace import TraceError
 
     ap = argparse.ArgumentParser(prog="da-lab export",
-                                 description="write every diagram of a trace as PNG, SVG and "
-                                             "HTML (last step by default); needs no vLLM")
+                                 description="write a trace as one page that plays it (--html) "
+                                             "and/or every diagram as PNG and SVG (--out); "
+                                             "needs no vLLM")
     ap.add_argument("trace", help="a recorded trace (.jsonl.gz or .parquet)")
-    ap.add_argument("--out", required=True, help="output folder (created if missing)")
+    ap.add_argument("--html", metavar="FILE", help="one self-contained page: the player and "
+                    "all four diagrams, the trace embedded; opens offline")
+    ap.add_argument("--out", help="folder for PNG + SVG of each diagram (created if missing)")
     which = ap.add_mutually_exclusive_group()
     which.add_argument("--step", type=int, metavar="N", help="the diagrams at engine step N")
     which.add_argument("--steps", metavar="A:B",
                        help="PNG and SVG of every step from A to B (inclusive; 5: or :12 "
                             "leave an end open), one folder per step")
     ap.add_argument("--animate", action="store_true",
-                    help="also run.html: every diagram with one frame per step of the run "
-                         "(or of --steps), one player; opens offline")
+                    help="with --out: also OUT/run.html, the page --html writes")
     args = ap.parse_args(argv)
+    if args.html is None and args.out is None:
+        ap.error("give --html FILE (the page) and/or --out DIR (PNG + SVG)")
+    if args.out is None and (args.step is not None or args.steps or args.animate):
+        ap.error("--step, --steps and --animate go with --out DIR")
     try:
         paths = export_trace(args.trace, args.out, step=args.step, steps=args.steps,
-                             animate=args.animate)
+                             animate=args.animate, html=args.html)
     except (TraceError, RuntimeError, ValueError) as e:
         print(f"da-lab export: {e}", file=sys.stderr)
         return 2

@@ -1,18 +1,14 @@
-"""Cross-links: one shared 'which physical block is hovered' value for every diagram on screen.
+"""Cross-links: diagrams given the same Highlight share one hovered physical block in the page.
 
-A diagram that shows block ids sets `highlight.block` on hover (a physical block id, or None) and
-observes it to pulse its own mark for that block, so hovering in one diagram lights up the same
-physical block everywhere.
+Hovering a block in one diagram pulses the same physical block in every diagram that shows it.
+The diagrams of one player always share it; a Highlight given to diagrams of several players
+links those players too (static/store.js `hub`, keyed by `key`). Hover stays in the page: it
+costs the kernel nothing.
 """
 
-import traitlets
+import uuid
 
 
-class Highlight(traitlets.HasTraits):
-    block = traitlets.Int(None, allow_none=True)   # physical KV block id, or None
-    source = traitlets.Unicode("")                   # which diagram set it (avoids echo loops)
-
-    def set(self, block, source: str = "") -> None:
-        with self.hold_trait_notifications():
-            self.source = source
-            self.block = None if block is None else int(block)
+class Highlight:
+    def __init__(self) -> None:
+        self.key = "hl-" + uuid.uuid4().hex

@@ -1,15 +1,14 @@
 """The two interfaces the player connects: where records come from (`Source`) and what draws
 them (`Diagram`). `LiveSource` and `TraceSource` are the sources; the four diagrams are
 `SkeletonDiagram`, `BlocksDiagram`, `MetadataPathDiagram` and `DAHookDiagram`. Data flows one
-way: a source makes records exist, a diagram only reads them."""
+way: a source makes records exist, the player sends them to the page, a diagram only reads
+them there (static/*.js)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    import ipywidgets
-
     from da_lab.core.record import StepRecord
 
 
@@ -27,7 +26,7 @@ class Source(Protocol):
 
 @runtime_checkable
 class Diagram(Protocol):
-    widget: ipywidgets.Widget      # what the notebook shows
+    kind: int                      # which of the four the page draws (1-4, static/app.js)
 
-    def show(self, records: list[StepRecord], i: int) -> None:
-        """Draw record i (earlier records may be read for history, never written)."""
+    def config(self, header: dict, records: list[StepRecord]) -> dict:
+        """What the page needs to draw it besides the steps (JSON)."""

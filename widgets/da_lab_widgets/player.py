@@ -1,191 +1,170 @@
-"""The player shared by every diagram: Play / Pause (Play's own), Step, a step slider, a speed.
+"""The player shared by every diagram, and the one widget that carries a run to the browser.
 
-Replay: the slider scrubs through recorded steps. Live: each tick past the last record asks the
-source for exactly one more engine step, and playing stops when the engine has nothing left.
-Play and the slider are linked in Python, not with jslink, because every value has to reach the
-kernel anyway: that is where the engine steps and the diagrams are redrawn.
+The browser draws and plays (static/*.js): it keeps every step it was sent, so ▶, step −1/+1,
+the slider and the speed are local and instant. The kernel sends each step once, compactly
+(packets.py), never a figure: at creation the steps there are (a whole recording, or a live
+run's first step), then each new one as the engine makes it. In a live run, ▶ at the last step
+asks for the next one and the engine runs exactly that one step ("follow the engine"); the step
+on screen comes back to the kernel as `player.i`.
 
-At the end (the engine idle, or the recording's last step) ▶ says so instead of starting over at
-step 0: Play's max is kept one past the last record, so its next tick asks for a step that does
-not exist and the player answers with a note. A live source made with `new_request=` adds a
-"new request" button: the request joins the running engine, every diagram follows it, and
-playing goes on.
+`player.step()`, `player.goto(i)` and `player.new_request()` work from Python as before (and
+headless, with no browser at all). A new page view (a second tab, a reload) says which steps it
+has and gets the rest.
 """
 
 from __future__ import annotations
 
-import html
 import time
+import uuid
 
-import ipywidgets as widgets
+import anywidget
+from traitlets import Bytes, Dict, Unicode
 
-from .clock import StepClock
+from .bundle import css, esm
+from .packets import RunEncoder
 
-# Live Play's max: never reached; the engine running out of work is what stops a live run.
-# (Play pauses itself at max, and the kernel can't raise max fast enough under a fast tick.)
-LIVE_PLAY_MAX = 2**31 - 1
+
+class PlayerWidget(anywidget.AnyWidget):
+    """What the notebook displays: the player and its diagrams, drawn in the browser."""
+
+    _esm = esm()
+    _css = css()
+    _uid = Unicode("").tag(sync=True)
+    config = Dict().tag(sync=True)
+    _base = Bytes(b"").tag(sync=True)       # the steps known when the widget was made
 
 
 class Player:
-    def __init__(self, source, diagrams, *, interval_ms: int = 400) -> None:
+    def __init__(self, source, diagrams, *, speed: int | None = None,
+                 interval_ms: int | None = None) -> None:
+        """`speed` in steps per second (1-60); `interval_ms`, the older spelling, is ms a step."""
         self.source = source
         self.diagrams = list(diagrams)
-        self.update_ms: list[float] = []   # one entry per redraw of all diagrams
-        self.step_ms: list[float] = []     # one entry per engine step a live tick ran
-        self.i: int | None = None          # record on screen
-        self._syncing = False
-        self._ended = False                # the note says "finished"
-
-        n = len(source.records)
-        # ▶ / ⏸: Play's traits, ticking on time and skipping what a busy page can't show
-        self.play = StepClock(value=0, min=0, max=self._play_max(), step=1,
-                              interval=interval_ms, description="play")
-        self.play.add_class("da-play")
-        self.step_button = widgets.Button(description="Step", icon="step-forward",
-                                          tooltip="one engine step" if source.live
-                                          else "next recorded step")
-        self.step_button.add_class("da-step")
-        self.slider = widgets.IntSlider(value=0, min=0, max=max(0, n - 1), description="step",
-                                        continuous_update=True, readout=False)
-        self.slider.add_class("da-step-slider")
-        self.counter = widgets.Label("step –", layout=widgets.Layout(min_width="7em"))
-        self.counter.add_class("da-step-counter")
-        self.speed = widgets.IntSlider(value=interval_ms, min=50, max=2000, step=50,
-                                       description="ms / step", continuous_update=False)
-        self.speed.add_class("da-speed")
-        widgets.link((self.speed, "value"), (self.play, "interval"))
-        self.note = widgets.HTML()          # "finished", or what a new request is
-        self.note.add_class("da-player-note")
-        extra = []
-        if source.live and getattr(source, "can_add", False):
-            self.new_button = widgets.Button(description="new request", icon="plus",
-                                             tooltip="add a fresh request to the running "
-                                                     "engine and keep playing")
-            self.new_button.add_class("da-new-request")
-            self.new_button.on_click(lambda _b: self.new_request())
-            extra.append(self.new_button)
-
-        self.play.observe(self._on_play, "value")
-        self.play.observe(self._on_playing, "playing")
-        self.slider.observe(self._on_slider, "value")
-        self.step_button.on_click(lambda _b: self.step())
-        self.controls = widgets.HBox([self.play, self.step_button, self.slider, self.counter,
-                                      self.speed, *extra])
-        self.controls.add_class("da-player")
-        self.widget = widgets.VBox([self.controls, self.note,
-                                    *[d.widget for d in self.diagrams]])
+        self.step_ms: list[float] = []     # one entry per engine step a live player ran
+        self.send_ms: list[float] = []     # one entry per message to the browser (encode + send)
+        self.sent_bytes: list[int] = []    # the packet bytes of each message
+        self.i: int | None = None          # the step on screen
+        self.note = ""
+        if speed is None:
+            speed = round(1000 / interval_ms) if interval_ms else 3
+        self.speed = max(1, min(60, int(speed)))
+        self.encoder = RunEncoder(source.header)
+        self.uid = uuid.uuid4().hex
         # Open on the first step. A live run that has not stepped yet runs that step now (one
         # engine step, usually the prefill) so there is something real to draw.
-        if n or (source.live and source.ensure(0)):
-            self.goto(0)
+        if not source.records and source.live:
+            self._engine_step(0)
+        for d in self.diagrams:
+            if hasattr(d, "bind"):
+                d.bind(self)
+        self.encoder.extend(source.records)
+        self._sent = len(self.encoder)
+        self.widget = PlayerWidget(_uid=self.uid, config=self.config(kernel=True),
+                                   _base=self.encoder.packet())
+        self.widget.add_class("da-player-widget")
+        self.widget.on_msg(self._on_msg)
+        if source.records:
+            self.i = 0
         else:
-            self.counter.value = "step – (nothing to show yet: add a request, then Step)"
+            self.note = "nothing to show yet: add a request, then step"
 
-    def _play_max(self) -> int:
-        # One past the last record when nothing more can come: Play at its max would start
-        # over at step 0 when pressed; one tick short of it, ▶ reaches goto(n) and says "end".
-        if self.source.live and self._engine_has_work():
-            return LIVE_PLAY_MAX
-        return len(self.source.records)
+    # ---- what the browser is told --------------------------------------------------------
+    def config(self, *, kernel: bool) -> dict:
+        """Everything the page needs besides the steps (an exported page: kernel=False)."""
+        src, recs = self.source, self.source.records
+        link = next((d.highlight.key for d in self.diagrams
+                     if getattr(d, "highlight", None) is not None), self.uid)
+        return {"uid": self.uid, "kernel": kernel, "live": bool(src.live and kernel),
+                "can_add": bool(kernel and getattr(src, "can_add", False)),
+                "speed": self.speed, "link": link,
+                "header": {"provenance": src.header.get("provenance") or {}},
+                "diagrams": [d.config(src.header, recs) for d in self.diagrams],
+                "state": self.live_state() if kernel else {"done": True}}
+
+    def live_state(self, full: bool = False) -> dict:
+        state: dict = {"done": not self._engine_has_work()}
+        for d in self.diagrams:
+            if hasattr(d, "live_state"):
+                state.update(d.live_state(self.source.records, full))
+        return state
 
     def _engine_has_work(self) -> bool:
+        if not self.source.live:
+            return False
         lab = getattr(self.source, "lab", None)
-        return bool(lab is not None and lab.has_unfinished())
+        return bool(lab.has_unfinished()) if lab is not None else True   # a followed trace
 
-    # ---- moving ----------------------------------------------------------------------------
+    def send(self, start: int | None = None, *, full: bool = False, **state) -> None:
+        """The steps from `start` (default: those not sent yet) and `state` to every view
+        (`full`: all of the live state, for a view that has none)."""
+        t0 = time.perf_counter()
+        self.encoder.extend(self.source.records)
+        n = len(self.encoder)
+        start = self._sent if start is None else start
+        buffers = [self.encoder.packet(start, n)] if start < n else []
+        if self.source.live:
+            state = {**self.live_state(full), **state}
+        self.widget.send({"type": "steps" if buffers else "state", **state}, buffers=buffers)
+        self._sent = max(self._sent, n)
+        self.send_ms.append((time.perf_counter() - t0) * 1e3)
+        self.sent_bytes.append(len(buffers[0]) if buffers else 0)
+
+    # ---- moving (from Python) ----------------------------------------------------------------
     def step(self) -> bool:
         """One step forward (a live source runs the engine once if needed)."""
         return self.goto(0 if self.i is None else self.i + 1)
 
     def goto(self, i: int) -> bool:
-        """Show record i, making it exist first in a live run (one engine step at most: a tick
-        that arrives late must not make the engine jump ahead). False when there is none."""
+        """Show step i in every view, making it exist first in a live run (one engine step at
+        most). False when there is none (at the end: the views say so)."""
         recs = self.source.records
         i = max(0, min(i, len(recs)))       # at most one past the end
-        if i >= len(recs):
-            t0 = time.perf_counter()
-            ok = self.source.live and self.source.ensure(i)
-            if self.source.live:
-                self.step_ms.append((time.perf_counter() - t0) * 1e3)
-            if not ok:
-                last = len(recs) - 1
-                if recs and self.i != last:
-                    # A busy page sends Play's latest value only: a tick can jump past the last
-                    # record. Show it before saying "end".
-                    self.i = last
-                    self._sync(last)
-                    self.show(last)
-                self._stop()
-                self._say_end()
-                return False
-        if self._ended:
-            self.note.value, self._ended = "", False
+        if i >= len(recs) and not (self.source.live and self._engine_step(i)):
+            self.i = len(recs) - 1 if recs else None
+            self.note = self._end_note()
+            self.send(go=self.i, note=self.note)
+            return False
         self.i = i
-        self._sync(i)
-        self.show(i)
+        self.note = ""
+        self.send(go=i, note="")
         return True
 
-    def show(self, i: int) -> None:
-        rec = self.source.records[i]
+    def _engine_step(self, i: int) -> bool:
         t0 = time.perf_counter()
-        for d in self.diagrams:
-            d.show(self.source.records, i)
-        self.update_ms.append((time.perf_counter() - t0) * 1e3)
-        self.counter.value = f"step {rec.step}"
+        ok = self.source.ensure(i)
+        if getattr(self.source, "lab", None) is not None:
+            self.step_ms.append((time.perf_counter() - t0) * 1e3)
+        return ok
 
-    def _sync(self, i: int) -> None:
-        """Move the slider and Play to i without their observers moving us again."""
-        self._syncing = True
-        try:
-            self.slider.max = max(0, len(self.source.records) - 1)
-            self.slider.value = i
-            self.play.max = self._play_max()
-            if self.play.value != i:
-                self.play.value = i
-        finally:
-            self._syncing = False
-
-    def _stop(self) -> None:
-        self._syncing = True
-        try:
-            self.play.playing = False
-            self.play.max = len(self.source.records)
-            if self.i is not None:
-                self.play.value = self.i
-        finally:
-            self._syncing = False
-
-    def _say_end(self) -> None:
+    def _end_note(self) -> str:
         recs = self.source.records
-        last = f"step {recs[-1].step}" if recs else "its start"
         if not self.source.live:
-            msg = (f"end of the recording ({len(recs)} steps): drag the slider back to watch "
-                   "it again")
-        else:
-            msg = f"finished: no request is running any more (the last ended at {last}). "
-            msg += ("Press “new request” to add one and keep playing, or drag the slider back "
-                    "to watch again." if getattr(self.source, "can_add", False)
-                    else "Add a request to the Lab, then ▶; or drag the slider back.")
-        self.note.value = f"<b>{html.escape(msg)}</b>"
-        self._ended = True
+            return (f"end of the recording ({len(recs)} steps): drag the slider back to watch "
+                    "it again")
+        if getattr(self.source, "lab", None) is None:
+            return "no new steps in the trace yet: step again when the server has run more"
+        last = f"step {recs[-1].step}" if recs else "its start"
+        add = ("Press “new request” to add one and keep playing, or drag the slider back."
+               if getattr(self.source, "can_add", False)
+               else "Add a request to the Lab, then ▶; or drag the slider back.")
+        return f"finished: no request is running any more (the last ended at {last}). {add}"
 
-    # ---- new requests ----------------------------------------------------------------------
+    # ---- new requests --------------------------------------------------------------------
     def new_request(self) -> str | None:
         """Add a request (the source's factory), follow it in every diagram and keep playing.
         Returns its id, or None (the reason is shown) when none could be added."""
         try:
             made = self.source.new_request()
         except (ValueError, RuntimeError) as e:
-            self.note.value = f"could not add a request: {html.escape(str(e))}"
+            self.note = f"could not add a request: {e}"
+            self.send(note=self.note)
             return None
         rid = getattr(made, "rid", made)
         recs = self.source.records
-        if recs and self.i != len(recs) - 1:
-            self.goto(len(recs) - 1)     # back to the engine's present before it moves on
         self.follow(rid)
         self.goto(len(recs))             # one engine step: the request is scheduled and drawn
-        self.note.value = html.escape(str(made))
-        self.play.playing = True
+        self.note = str(made)
+        self.send(note=self.note, play=True)
         return rid
 
     def follow(self, req: str) -> None:
@@ -193,17 +172,26 @@ class Player:
         for d in self.diagrams:
             if hasattr(d, "req"):
                 d.req = req
+        self.send(follow=req)
 
-    # ---- observers -------------------------------------------------------------------------
-    def _on_play(self, change) -> None:
-        if not self._syncing:
-            self.goto(change["new"])
-
-    def _on_playing(self, change) -> None:
-        # A live run that went idle and got new work: let Play run past the end again.
-        if change["new"] and self.source.live and not self._syncing:
-            self.play.max = self._play_max()
-
-    def _on_slider(self, change) -> None:
-        if not self._syncing:
-            self.goto(change["new"])
+    # ---- messages from the page ----------------------------------------------------------
+    def _on_msg(self, _widget, content: dict, _buffers) -> None:
+        kind = content.get("type") if isinstance(content, dict) else None
+        try:
+            if kind == "hello":      # a new view: the steps it lacks, and where we are
+                self.send(int(content.get("have", 0)), full=True, go=self.i)
+            elif kind == "need":     # ▶ at the last step of a live run
+                have = int(content.get("have", 0))
+                if have == len(self.source.records) and self.source.live:
+                    self._engine_step(have)
+                self.send(have, none=have >= len(self.source.records))
+            elif kind == "at":
+                self.i = max(0, min(int(content.get("i", 0)), len(self.source.records) - 1))
+            elif kind == "new_request":
+                self.new_request()
+            else:
+                for d in self.diagrams:
+                    if hasattr(d, "on_message") and d.on_message(kind, content):
+                        break
+        except Exception as e:  # noqa: BLE001 - shown on the page, one line, not a traceback
+            self.send(note=f"{kind}: {type(e).__name__}: {e}")

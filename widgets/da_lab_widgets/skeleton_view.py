@@ -16,11 +16,6 @@ _LAYER = re.compile(r"^(?P<pre>.*?)layers\.(?P<i>\d+)\.(?P<role>.+)$")
 SECTION_ORDER = ["input_layernorm", "self_attn", "post_attention_layernorm", "mlp"]
 ROLE_ORDER = ["qkv_proj", "q_proj", "k_proj", "v_proj", "rotary_emb", "attn", "o_proj",
               "gate_up_proj", "gate_proj", "up_proj", "act_fn", "down_proj"]
-SLOT_FILL = "#e4e4e4"          # a slot vLLM filled
-SLOT_LINE = "#8a8a8a"
-IO_FILL = "#ffffff"            # data, not a slot: token ids, logits
-GROUP_FILL = "rgba(120,120,120,0.06)"
-STEP_LINE = "#ff5400"          # the attention call of the step on screen
 
 
 def _section(role: str) -> str:
@@ -189,7 +184,7 @@ def attention_backends(sk: dict) -> dict[tuple, list[str]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# fitting text into boxes (plotly draws text as it is given: it never wraps)
+# fitting text into boxes: a slot's lines wrapped when its row is too wide for one line each
 
 _PAIR = re.compile(r"^<(b|i)>(.*)</\1>$")
 _BREAKS = re.compile(r" (?=→ |\[|\()")     # preferred break points: before "→", "[", "("
@@ -211,7 +206,7 @@ def _wrap_plain(line: str, width: int) -> list[str]:
 
 
 def wrap_label(label: str, width: int) -> str:
-    """`label` (plotly's HTML subset, lines joined by <br>) with every line longer than
+    """`label` (the <b>, <i>, <br> subset, lines joined by <br>) with every line longer than
     `width` characters broken into several; a line wrapped whole in <b>/<i> keeps it on each
     piece."""
     lines = []
@@ -224,8 +219,3 @@ def wrap_label(label: str, width: int) -> str:
         pieces = _wrap_plain(inner, width)
         lines += [f"<{tag}>{p}</{tag}>" for p in pieces] if tag else pieces
     return "<br>".join(lines)
-
-
-def text_width(label: str, px_per_char: float) -> float:
-    """Estimated pixel width of the longest line of `label`."""
-    return max(len(_plain(x)) for x in label.split("<br>")) * px_per_char

@@ -3,15 +3,15 @@
 Both sources look the same to a player: `.header` (provenance, skeleton, the KV map when the run
 began), `.records` (one `StepRecord` per engine step, da_lab/core/record.py), and `ensure(i)`,
 which says whether record i exists — a live source makes it exist by running engine steps.
-`kv_state` replays the per-step KV changes into the physical map any diagram can draw.
+(The page replays the per-step KV changes into the physical map itself: static/store.js.)
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from da_lab.core.record import RequestStep, StepRecord
-from da_lab.trace import Trace, apply_kv_changes, load
+from da_lab.core.record import StepRecord
+from da_lab.trace import Trace, load
 
 
 class TraceSource:
@@ -90,7 +90,7 @@ class LiveSource:
 
 
 # ---------------------------------------------------------------------------------------------
-# reading records: which requests a run has, and one request's part of a step
+# reading records: which requests a run has, and what was said when each was added
 
 
 def first_request(records: list) -> str | None:
@@ -108,67 +108,3 @@ def added_entry(records: list, req: str) -> dict | None:
             if a["req"] == req:
                 return a
     return None
-
-
-def request_in(record: StepRecord, req: str) -> RequestStep | None:
-    """`req`'s part of one step record, or None if it did not run in that step."""
-    return record.request(req)
-
-
-# ---------------------------------------------------------------------------------------------
-# the physical KV map after step i
-
-
-# A snapshot every CHECKPOINT records: scrubbing backwards then replays at most that many steps'
-# changes instead of the whole run; stepping forward replays only the new steps' changes.
-CHECKPOINT = 64
-_CACHE_SIZE = 4   # a few (header, records) pairs: one page rarely shows more runs than that
-
-
-def _copy(blocks: dict[int, dict]) -> dict[int, dict]:
-    return {b: {"owners": list(v["owners"]), "cached": bool(v["cached"])}
-            for b, v in blocks.items()}
-
-
-class _KVReplay:
-    def __init__(self, header: dict, records: list) -> None:
-        self.header, self.records = header, records   # held to check identity, not copied
-        self.blocks: dict[int, dict] = {}
-        initial = header.get("initial_kv")
-        if isinstance(initial, dict):
-            apply_kv_changes(self.blocks, initial, "initial_kv")
-        self.base = _copy(self.blocks)   # state before record 0
-        self.at = -1                     # self.blocks = state after record self.at
-        self.checkpoints: dict[int, dict] = {}
-
-    def advance_to(self, i: int) -> dict[int, dict]:
-        if i < self.at:
-            k = max((c for c in self.checkpoints if c <= i), default=None)
-            self.blocks = _copy(self.checkpoints[k] if k is not None else self.base)
-            self.at = -1 if k is None else k
-        while self.at < i:
-            self.at += 1
-            apply_kv_changes(self.blocks, self.records[self.at].kv, f"record {self.at}")
-            if self.at % CHECKPOINT == CHECKPOINT - 1:
-                self.checkpoints[self.at] = _copy(self.blocks)
-        return self.blocks
-
-
-_replays: list[_KVReplay] = []
-
-
-def kv_state(header: dict, records: list, i: int) -> dict[int, dict]:
-    """{physical block id: {"owners": [request ids], "cached": bool}} after record i's changes
-    (i = -1: the map when the run began). Blocks never mentioned are absent, i.e. free.
-
-    Cached per (header, records) pair, so showing step i+1 after step i applies one record's
-    changes. The returned dict is the cache's own state: read it, copy it to keep it.
-    Records may only be appended to (a live run), never edited in place."""
-    if not -1 <= i < len(records):
-        raise IndexError(f"no record {i} (the run has {len(records)})")
-    rep = next((r for r in _replays if r.header is header and r.records is records), None)
-    if rep is None:
-        rep = _KVReplay(header, records)
-        _replays.insert(0, rep)
-        del _replays[_CACHE_SIZE:]
-    return rep.advance_to(i)

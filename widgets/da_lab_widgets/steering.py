@@ -1,12 +1,13 @@
-"""Diagram 4's "steer it yourself" panel, and the note that says what its stream shows.
+"""Diagram 4's "steer it yourself" panel (its kernel side), and the note that says what its
+stream shows.
 
-A button makes the live engine's director write a tag into the followed request's own output
-stream from the engine's next token (`Lab.steer`); the hook then traps it like a tag the model
-wrote. Before every step is drawn, each button asks the Lab whether its tag would be written and
-would change anything (`Lab.steer_check`); a button that can't is disabled and the reason is
-shown beside it. So the panel never says a tag will be written that then isn't: a replay, an
-earlier step on screen, a finished request, no room left, or a tag that repeats the mode in
-effect (LOCAL while LOCAL, FOCUS on the chunks already focused) all turn buttons off.
+A button in the page makes the live engine's director write a tag into the followed request's
+own output stream from the engine's next token (`Lab.steer`); the hook then traps it like a tag
+the model wrote. With every step sent to the page, each button's state comes along: whether its
+tag would be written and would change anything (`Lab.steer_check`), or why not. So the page
+never offers a tag that then isn't written: a replay, an earlier step on screen (the page knows
+that itself), a finished request, no room left, or a tag that repeats the mode in effect (LOCAL
+while LOCAL, FOCUS on the chunks already focused) all turn buttons off, with the reason shown.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-import ipywidgets as widgets
-
 from da_lab.core.tags import Directive, Mode, parse_tag, tag_text
 
 from .source import added_entry
 
 REPLAY = "replay: steering needs a live engine (LIVE = True in the first cell)"
+EARLIER = ("you are looking at step {shown}, the engine is at step {latest}: a tag is written "
+           "at the engine's next token, so move the slider to the last step first")
 
 
 def _escape(text: str) -> str:
@@ -28,119 +29,95 @@ def _escape(text: str) -> str:
 
 
 class SteeringPanel:
-    """The buttons, the chunk picker, the outcome of the last press, and why buttons are off."""
+    """Which buttons work now and why the others don't, the chunks picked for FOCUS, and the
+    outcome of the last press."""
 
     def __init__(self, lab, header: dict) -> None:
         self.lab = lab
         self.header = header
         self.req: str | None = None
-        self._at_end = True           # the step on screen is the engine's latest
-        self._latest_step = self._shown_step = None
-        self.buttons: dict[str, widgets.Button] = {}
-        for m in Mode:
-            b = widgets.Button(description=m.value.upper(), disabled=lab is None,
-                               tooltip=REPLAY if lab is None else "")
-            b.add_class(f"da-steer-{m.value}")
-            b.on_click(lambda _b, m=m: self.steer(m.value))
-            self.buttons[m.value] = b
-        self.chunk_picker = widgets.SelectMultiple(options=[], rows=4, disabled=lab is None,
-                                                   description="focus on")
-        self.chunk_picker.add_class("da-steer-chunks")
-        self.chunk_picker.observe(lambda _c: self.refresh(), "value")
-        # The outcome of the last press (kept until the next one) ...
-        self.status = widgets.Label("")
-        self.status.add_class("da-steer-status")
-        # ... and, refreshed every step, why buttons are off right now.
-        self.off = widgets.HTML()
-        self.off.add_class("da-steer-off")
-        self.widget = widgets.VBox([
-            widgets.HTML("<b>steer it yourself</b> <span style='font-size:11px'>(a button makes "
-                         "the engine write that tag into the response from its next token)</span>"),
-            widgets.HBox([*self.buttons.values(), self.chunk_picker]),
-            self.status, self.off])
-        self.note = widgets.HTML()    # under the stream: what the learner is reading
-        self.note.add_class("da-stream-note")
-        self.refresh()
+        self.n_chunks = 0
+        self.picked: tuple[int, ...] = ()
+        self.status = ""              # the outcome of the last press (kept until the next)
 
     # ---- following a request ---------------------------------------------------------------
-    def bind(self, records: list, req: str, layout) -> None:
+    def bind(self, records: list, req: str | None) -> None:
         """The diagram follows `req` from now on (its first request, or a new one)."""
+        if req is None or req == self.req:
+            return
         self.req = req
         added = added_entry(records, req) or {}
-        self.note.value = stream_note(self.header, added, live=self.lab is not None)
-        if layout is not None and not self.chunk_picker.options:
-            self.chunk_picker.options = [f"C{k}" for k in range(1, layout.n_chunks + 1)]
-            self.chunk_picker.value = [f"C{default_focus(added, layout.n_chunks)}"]
+        lay = added.get("layout")
+        n = len(lay.get("chunk_blocks") or ()) if isinstance(lay, dict) else 0
+        if n and not self.picked:
+            self.picked = (default_focus(added, n),)
+        self.n_chunks = n
 
-    def tag_for(self, mode: str) -> str:
-        chunks = tuple(int(c[1:]) for c in self.chunk_picker.value) \
-            if mode == Mode.FOCUS.value else ()
-        return tag_text(Directive(Mode(mode), chunks))
+    def tag_for(self, mode: str, chunks=None) -> str:
+        picked = tuple(chunks) if chunks is not None else self.picked
+        return tag_text(Directive(Mode(mode), picked if mode == Mode.FOCUS.value else ()))
 
     # ---- which buttons work now ------------------------------------------------------------
-    def refresh(self, records: list | None = None, i: int | None = None) -> None:
-        """Enable each button whose tag the engine would write now; say why the others can't."""
-        if records is not None and i is not None:
-            self._at_end = i >= len(records) - 1
-            self._latest_step = records[-1].step if records else None
-            self._shown_step = records[i].step
-        why = self._why_none()
-        per = {m: why for m in self.buttons}
-        if why is None:
-            for m in self.buttons:
-                if m == Mode.FOCUS.value and not self.chunk_picker.value:
-                    per[m] = "pick one or more chunks to focus on"
-                    continue
-                plan = self.lab.steer_check(self.req, self.tag_for(m))
-                per[m] = plan.reason
-        for m, b in self.buttons.items():
-            b.disabled = per[m] is not None
-            b.tooltip = per[m] or f"write {self.tag_for(m) if m != 'focus' else '<focus …>'} "\
-                                  "into the response from the engine's next token"
-        self.chunk_picker.disabled = why is not None
-        if why is not None:
-            self.off.value = f"<span style='font-size:11px'>steering is off: {_escape(why)}</span>"
-        else:
-            lines = [f"{m.upper()} is off: {_escape(r)}" for m, r in per.items() if r]
-            self.off.value = (f"<span style='font-size:11px'>{'<br>'.join(lines)}</span>"
-                              if lines else "")
-
-    def _why_none(self) -> str | None:
+    def why_none(self) -> str | None:
         """Why no button can work now (None: each button decides for itself)."""
         if self.lab is None:
             return REPLAY
         if self.req is None:
             return "no request yet: add one, then step once"
-        if not self._at_end:
-            return (f"you are looking at step {self._shown_step}, the engine is at step "
-                    f"{self._latest_step}: a tag is written at the engine's next token, so "
-                    "move the slider to the last step first")
         r = self.lab.requests.get(self.req)
         if r is None or r["finished"]:
             return (f"{self.req} has finished, and steering needs a running request: add "
                     "one (“new request” beside ▶, or lab.add_request) and keep playing")
         return None
 
+    def reasons(self) -> dict[str, str | None]:
+        """Per mode, why its button can't work at the engine's latest step (None: it can)."""
+        why = self.why_none()
+        out = {}
+        for m in Mode:
+            if why is None and m is Mode.FOCUS and not self.picked:
+                out[m.value] = "pick one or more chunks to focus on"
+            else:
+                out[m.value] = why or self.lab.steer_check(self.req, self.tag_for(m.value)).reason
+        return out
+
+    def state(self) -> dict:
+        """What the page's panel shows (sent with every step of a live run)."""
+        return {"req": self.req, "chunks": [f"C{k}" for k in range(1, self.n_chunks + 1)],
+                "picked": list(self.picked), "why": self.why_none(), "reasons": self.reasons(),
+                "status": self.status,
+                "tags": {m.value: self.tag_for(m.value) for m in Mode
+                         if m is not Mode.FOCUS or self.picked}}
+
+    def pick(self, chunks) -> None:
+        self.picked = tuple(sorted({int(c) for c in chunks if 1 <= int(c) <= self.n_chunks}))
+
     # ---- pressing a button -----------------------------------------------------------------
-    def steer(self, mode: str) -> str | None:
-        """Have the director write the tag for `mode` (focus: the picked chunks) into the
-        request's output from the engine's next token. Returns the tag, or None if not."""
-        why = self._why_none()
+    def steer(self, mode: str, chunks=None, *, shown: int | None = None,
+              latest: int | None = None) -> str | None:
+        """Have the director write the tag for `mode` (focus: `chunks`, else the picked ones)
+        into the request's output from the engine's next token. `shown` / `latest`: the step on
+        screen and the engine's (an earlier step on screen refuses). Returns the tag, or None."""
+        if chunks is not None:
+            self.pick(chunks)
+        why = self.why_none()
+        if why is None and shown is not None and latest is not None and shown < latest:
+            why = EARLIER.format(shown=shown, latest=latest)
+        if why is None and mode == Mode.FOCUS.value and not self.picked:
+            why = "pick one or more chunks to focus on"
         if why is not None:
-            self.status.value = f"could not steer: {why}"
+            self.status = f"could not steer: {why}"
             return None
         try:
             tag = self.tag_for(mode)
             at = self.lab.steer(self.req, tag)
         except (ValueError, KeyError) as e:
-            self.status.value = f"could not steer: {e}"
-            self.refresh()
+            self.status = f"could not steer: {e}"
             return None
         n = len(self.lab.encode(tag))
-        self.status.value = (f"the director writes {tag} into {self.req}'s output at tokens "
-                             f"{at}–{at + n - 1}; the hook traps it at '>' and the mode changes "
-                             "the step after")
-        self.refresh()
+        self.status = (f"the director writes {tag} into {self.req}'s output at tokens "
+                       f"{at}–{at + n - 1}; the hook traps it at '>' and the mode changes "
+                       "the step after")
         return tag
 
 

@@ -1,0 +1,120 @@
+"""`da-lab eval`: held-out tag and answer accuracy of a model that writes its own tags, through
+the engine with the DA hook (generated prompts, or the user's own with --prompts)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from da_lab.engine.env import quiet_stdout as _quiet_stdout
+
+
+def _eval_args(args) -> tuple[dict, str | None]:
+    """The eval's generator options, or what is wrong with the arguments (before any engine)."""
+    from da_lab.training.eval_base import parse_range
+
+    if args.out:
+        from da_lab.outputs import file_problem
+
+        problem = file_problem(args.out, make_parent=True)
+        if problem:
+            return {}, f"--out {problem}"
+    for opt, v in (("--n", args.n), ("--wave", args.wave), ("--max-tokens", args.max_tokens)):
+        if v is not None and v < 1:
+            return {}, f"{opt} must be at least 1, not {v}"
+    try:
+        gen = {k: v for k, v in (("context", parse_range(args.context, "--context")),
+                                 ("n_chunks", parse_range(args.chunks, "--chunks"))) if v}
+    except ValueError as e:
+        return {}, str(e)
+    if args.domains:
+        gen["split"] = args.domains
+    if args.prompts and gen:
+        return {}, "--prompts takes its documents from the file: no --context, --chunks, --domains"
+    if args.prompts and not os.path.isfile(args.prompts):
+        return {}, f"--prompts {args.prompts}: no such file"
+    if args.device != "auto":
+        import torch
+
+        have = "cuda" if torch.cuda.is_available() else "cpu"
+        if have != args.device:
+            return {}, (f"--device {args.device}: this machine's vLLM runs on {have} "
+                        f"(the engine picks the device it was built for)")
+    return gen, None
+
+
+def cmd_eval(args) -> int:
+    """Held-out tag / answer accuracy of a model that writes its own tags, with the base model
+    and the ablations (da_lab.training.evaluate)."""
+    out = _quiet_stdout() if args.json else sys.stdout
+    from da_lab.engine.env import LOG_TO_STDERR, apply_env
+    from da_lab.training.evaluate import document, run_eval, table
+
+    apply_env(LOG_TO_STDERR)
+    gen, bad = _eval_args(args)
+    if bad:
+        print(f"da-lab: {bad}", file=sys.stderr)
+        return 2
+    try:
+        res = run_eval(args.n, args.model, task=args.task, seed=args.seed, wave=args.wave,
+                       max_tokens=args.max_tokens, ablations=args.ablations,
+                       base=not args.no_base, gen=gen, prompts=args.prompts,
+                       async_scheduling=args.async_scheduling,
+                       progress=not args.json)
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        print(f"da-lab: {e}", file=sys.stderr)
+        return 2
+    doc = document(res, "da-lab " + " ".join(sys.argv[1:] if args.argv is None else args.argv))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {args.out}", file=sys.stderr)
+    if args.json:
+        out.write(json.dumps(doc) + "\n")
+        out.flush()
+    else:
+        print(table(res))
+    return 0
+
+
+def add_eval(sub, argv) -> None:
+    ev = sub.add_parser("eval", help="held-out tag and answer accuracy of a model that writes "
+                                     "its own tags, through the engine with the DA hook")
+    ev.add_argument("--n", type=int, default=None,
+                    help="held-out prompts (default 500; with --prompts: all of the file's)")
+    ev.add_argument("--prompts", metavar="FILE.jsonl",
+                    help="your own documents and questions, one JSON object per line: "
+                         '{"documents": [...], "question": "...", "answer": [values], '
+                         '"needs": [document numbers], "wrong": [values]?, "id"?, "set"?} '
+                         "(da_lab/training/eval_prompts.py)")
+    ev.add_argument("--domains", choices=("train", "heldout"), default=None,
+                    help="nl task: the generator's training domains (default) or the domains "
+                         "held out of training")
+    ev.add_argument("--model", help="da-tiny-tags, smollm2-da (the fine-tuned SmolLM2), "
+                                    "another name of da_lab.engine.models or a local Hugging "
+                                    "Face folder (default: the embedded default model)")
+    ev.add_argument("--task", choices=("auto", "records", "nl"), default="auto",
+                    help="records (da-tiny-tags' task) or nl (smollm2-da's); auto: by model")
+    ev.add_argument("--ablations", action="store_true",
+                    help="also run the wrong-tag and hidden-chunk ablations")
+    ev.add_argument("--no-base", action="store_true",
+                    help="nl task: skip the base model's plain-prompt run (its own engine)")
+    ev.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                    help="refuse to run unless the engine runs there (default: auto)")
+    ev.add_argument("--async-scheduling", action="store_true",
+                    help="GPU: let vLLM schedule a step ahead (a tag then takes effect one step "
+                         "later: the first token after it still reads every block)")
+    ev.add_argument("--wave", type=int, default=None,
+                    help="prompts in flight at once (default 64 on CUDA, 8 on the CPU)")
+    ev.add_argument("--max-tokens", type=int, default=None,
+                    help="reply length cap (default 24 records, 64 nl)")
+    ev.add_argument("--context", help="nl task: prompt tokens, N or LO,HI (default 600,6000)")
+    ev.add_argument("--chunks", help="nl task: documents per prompt, N or LO,HI (default 4,32)")
+    ev.add_argument("--seed", type=int, default=None, help="held-out seed (default: the "
+                                                           "task's EVAL_SEED)")
+    ev.add_argument("--json", action="store_true", help="the whole eval document (provenance, "
+                                                      "summary, per-prompt rows) on stdout")
+    ev.add_argument("--out", metavar="FILE", help="also write that document to FILE")
+    ev.set_defaults(fn=cmd_eval, argv=argv)

@@ -1,0 +1,88 @@
+// The entry point: one session per player widget model (the run in the page, the kernel's
+// messages, what the kernel last said about the live engine) and one Player per view.
+// The same code runs inside anywidget (JupyterLab) and in an exported page, where `model` is a
+// small stand-in over the embedded run (page.js).
+
+import { hub, Run } from "./store.js";
+import { Player } from "./player.js";
+import { SkeletonDiagram } from "./skeleton.js";
+import { BlocksDiagram } from "./blocks.js";
+import { PathDiagram } from "./path.js";
+import { HookDiagram } from "./hook.js";
+
+const KINDS = { 1: SkeletonDiagram, 2: BlocksDiagram, 3: PathDiagram, 4: HookDiagram };
+const SESSIONS = (globalThis.__daLabSessions ??= new Map());
+const AT_MS = 300;          // the step on screen reaches the kernel once it rests this long
+
+class Session {
+  constructor(model) {
+    this.model = model;
+    this.cfg = model.get("config");
+    this.run = new Run(this.cfg.header);
+    this.state = { done: false, ...(this.cfg.state || {}) };
+    this.players = new Set();
+    this.listeners = new Set();
+    this.pending = -1;
+    const base = model.get("_base");
+    if (base && base.byteLength) this.run.append(base);
+    model.on("msg:custom", (msg, buffers) => this.message(msg, buffers));
+    if (this.cfg.kernel) this.send({ type: "hello", have: this.run.length });
+  }
+  send(msg) { if (this.cfg.kernel) this.model.send(msg); }
+  on(fn) { this.listeners.add(fn); return () => this.listeners.delete(fn); }
+
+  message(msg, buffers) {
+    if (!msg || typeof msg !== "object") return;
+    if (msg.type === "steps" && buffers && buffers.length) {
+      const got = this.run.append(buffers[0]);
+      if (got === "gap") this.send({ type: "hello", have: this.run.length });
+    }
+    if (this.pending >= 0 && (this.run.length > this.pending || msg.none)) this.pending = -1;
+    const { type, go, ...state } = msg;
+    Object.assign(this.state, state);
+    for (const fn of this.listeners) fn(this.state, msg);
+    if (go !== undefined && go !== null) for (const p of this.players) p.goto(go);
+  }
+
+  // the next step of a live run (at most one ask in flight)
+  need() {
+    if (this.pending === this.run.length) return;
+    this.pending = this.run.length;
+    this.send({ type: "need", have: this.run.length });
+  }
+
+  at(i) {     // the step on screen, for the kernel's `player.i`, once it rests (not per frame)
+    this.atI = i;
+    clearTimeout(this.atTimer);
+    this.atTimer = setTimeout(() => {
+      if (this.atI !== this.sentAt) { this.sentAt = this.atI; this.send({ type: "at", i: this.atI }); }
+    }, AT_MS);
+  }
+}
+
+export function session(model) {
+  const uid = model.get("_uid");
+  let s = SESSIONS.get(uid);
+  if (!s) { s = new Session(model); SESSIONS.set(uid, s); }
+  return s;
+}
+
+export function render({ model, el }) {
+  const s = session(model);
+  const group = hub(s.cfg.link || s.cfg.uid);
+  const diagrams = s.cfg.diagrams.map((c) => new KINDS[c.kind]({ session: s, run: s.run, cfg: c,
+                                                                 hub: group }));
+  const root = document.createElement("div");
+  el.appendChild(root);
+  const player = new Player(root, s, diagrams);
+  for (const d of diagrams) d.player = player;
+  s.players.add(player);
+  const off = s.on((state, msg) => {
+    if (msg.note !== undefined) player.note(msg.note);
+    for (const d of diagrams) d.state?.(state, msg);
+  });
+  return () => { off(); s.players.delete(player); player.destroy(); root.remove(); };
+}
+
+export { Run } from "./store.js";
+export default { initialize({ model }) { session(model); }, render };
