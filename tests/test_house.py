@@ -174,3 +174,15 @@ def test_only_the_hook_reaches_into_the_hook():
             if t.startswith("da_lab.hook") and t not in HOOK_DOORS:
                 bad.append(f"{mod} imports {t}; use da_lab.hook.session")
     assert not bad, "\n".join(sorted(bad))
+
+
+def test_every_test_module_is_in_one_tier():
+    """`make test-fast` and the tier markers (tests/conftest.py) see every module: a new test
+    file must say which tier it is in."""
+    from conftest import TIERS
+
+    listed = [m for mods in TIERS.values() for m in mods]
+    assert len(listed) == len(set(listed)), "a module is in two tiers"
+    files = {p.stem for p in (ROOT / "tests").glob("test_*.py")}
+    assert files - set(listed) == set(), "not in a tier (tests/conftest.py TIERS)"
+    assert set(listed) - files == set(), "listed but no such file"

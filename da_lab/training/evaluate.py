@@ -96,13 +96,15 @@ def _score(tk, s, pid: str, outs: dict, i: int, base_text: str | None) -> dict:
     d_tag, d_ans = answer_text(da.text, nc)
     fr = fraction_after_tag(da.rows)
     after = [r.blocks_read for r in trapped_from(da.rows)]
-    row = {"id": pid, "set": s.meta.get("set"), "kind": s.kind, "question": s.meta["question"],
+    row = {"id": pid, "set": s.meta.get("set"), "kind": s.kind, "question": s.meta.get("question"),
            "expected_tag": s.tag, "expected_answer": s.answer,
            "expected_values": tk.expected_values(s), "n_chunks": nc,
            "prompt_tokens": len(s.prompt.token_ids),
            "tag_written": tag_written(da.text, nc), "tag_correct": d_tag == s.directive,
            "text": da.text, "answer": d_ans, "correct": tk.correct(d_ans, s),
-           "foreign_words": None if s.kind == "local" else foreign_words(d_ans, s),
+           # Borrowed words: the nl task's measure (the records task's answers are its keys).
+           "foreign_words": (None if s.kind == "local" or "question" not in s.meta
+                             else foreign_words(d_ans, s)),
            "blocks_total": da.rows[-1].blocks_total if da.rows else None,
            "blocks_read_after_tag": round(sum(after) / len(after), 2) if after else None,
            "blocks_read_fraction_after_tag": round(sum(fr) / len(fr), 4) if fr else None,
