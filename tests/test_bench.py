@@ -194,24 +194,20 @@ def test_bench_plot_from_json(run, tmp_path):
 
 
 def test_frames_chart_draws_the_committed_browser_measurements(tmp_path):
-    """bench/frames_chart.py turns widgets_browser.py's committed files into the PNG figure
+    """bench/browser/frames_chart.py turns widgets_browser.py's committed files into the PNG figure
     (kaleido, the lab's Chromium); its bars are the files' numbers."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     res = root / "bench" / "results"
     out = tmp_path / "frames.png"
-    p = subprocess.run([sys.executable, str(root / "bench" / "frames_chart.py"),
+    p = subprocess.run([sys.executable, "-m", "bench.browser.frames_chart",
                         "--before", str(res / "widgets-browser-2026-12-01-before.json"),
                         "--after", str(res / "widgets-browser-2026-12-01b.json"),
-                        "--out", str(out)], capture_output=True, text=True, timeout=180)
+                        "--out", str(out)], capture_output=True, text=True, timeout=180, cwd=root)
     assert p.returncode == 0, p.stderr[-2000:]
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
-    sys.path.insert(0, str(root / "bench"))
-    try:
-        import frames_chart
-    finally:
-        sys.path.pop(0)
+    from bench.browser import frames_chart
     before = frames_chart._rows(str(res / "widgets-browser-2026-12-01-before.json"))
     after = frames_chart._rows(str(res / "widgets-browser-2026-12-01b.json"))
     fig = frames_chart.figure(before, after)

@@ -5,8 +5,13 @@
     metrics.py    the DA series on /metrics
     launch.py     `da-lab serve`: vLLM's server with the plugins and the lab's settings
     prompt.py     a DA prompt built through the server's own tokenizer (for the client)
-    bench.py      the `--extra-body` that puts a layout + director in every request of
-                  `vllm bench serve`
+    gate.py       refusals that need the request vLLM built (beam search, streamed responses)
+    ids.py        the da_ids of the requests running now (a reused one is a 400)
+    child.py      a `da-lab serve` process a test or benchmark starts and stops
+    check.py      `python -m da_lab.serve.check`: a running server's DA, checked end to end
+
+The `--extra-body` that puts a layout + director in every request of `vllm bench serve` is
+da_lab/bench/served.py.
 
 The worker's side (counting, per-request stats, the trace) is hook/service.py; the client is
 da_lab/client.py. None of these modules imports vLLM: the plugin receives vLLM's objects.

@@ -44,7 +44,8 @@ class TraceWriter:
         if self._fmt == ".jsonl.gz":
             # mtime=0: the same run gives the same bytes. Level 1: a recording must keep pace
             # with the engine; at batch 64 x 8k it halves the writer's time per record
-            # (bench/recording_cpu.py: 25.2 -> 12.5 ms) for files ~1.3x larger than level 6.
+            # (bench/results/recording-cpu-2026-11-30.txt: 25.2 -> 12.5 ms) for files ~1.3x
+            # larger than level 6.
             self._gz = gzip.GzipFile(self.path, "wb", compresslevel=1, mtime=0)
             self._gz.write(header_json.encode() + b"\n")
             self._gz.flush()

@@ -2,14 +2,15 @@
 side by side in one run, every shipped trace.
 
     git worktree add --detach /tmp/da-old e5c576c          # main before the change
-    BROWSER_PATH=/usr/bin/chromium .venv/bin/python bench/diagrams_browser.py --old /tmp/da-old \
+    BROWSER_PATH=/usr/bin/chromium .venv/bin/python -m bench.browser.diagrams_browser \
+        --old /tmp/da-old \
         --out bench/results/diagrams-browser-DATE.json
 
 For each path a JupyterLab server on localhost (its kernel imports that checkout's da_lab and
-widgets) and headless Chromium at 1366 x 768 (bench/browser_page.py). Per shipped trace, for the
-tour (all four diagrams) and notebook 04's pair (DA hook + blocks), the kernel builds a Player
-over a TraceSource at 20 steps/s (interval 50 ms), then (bench/diagrams_paths.py says how each
-page is read):
+widgets) and headless Chromium at 1366 x 768 (bench/browser/browser_page.py). Per shipped trace,
+for the tour (all four diagrams) and notebook 04's pair (DA hook + blocks), the kernel builds a
+Player over a TraceSource at 20 steps/s (interval 50 ms), then (bench/browser/diagrams_paths.py says how
+each page is read):
   - play: ▶ from the first step to the last; steps painted of steps played, and steps a second;
   - step: a Step press per recorded step, click -> painted (median, p95);
   - drag: the slider dragged across every step with the mouse (2 s); frames a second in which
@@ -35,8 +36,15 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import diagrams_paths as dp
-from browser_page import ROOT, Wire, chromium_page, kernel, open_notebook, traces_named
+from bench.browser import diagrams_paths as dp
+from bench.browser.browser_page import (
+    ROOT,
+    Wire,
+    chromium_page,
+    kernel,
+    open_notebook,
+    traces_named,
+)
 
 SETS = {"tour": ["skeleton", "blocks", "metadata_path", "da_hook"],
         "pair_04": ["da_hook", "blocks"]}
@@ -159,10 +167,8 @@ def drag(page, path: str, n: int) -> dict:
 
 def exported_page(trace: Path) -> dict:
     """The page `da-lab export --html` writes for `trace`: size, open from file://, play."""
-    from playwright.sync_api import sync_playwright
-
-    sys.path.insert(0, str(ROOT / "widgets"))
     from da_lab_widgets.export import export_trace
+    from playwright.sync_api import sync_playwright
 
     out = Path(tempfile.mkdtemp()) / "run.html"
     t0 = time.perf_counter()

@@ -1,6 +1,6 @@
 """Why served GLOBAL and stock streams stalled at 64k (bench/results/serve-h200-2026-12-01.md).
 
-    python bench/detokenizer_stall.py [--out bench/results/detokenizer-stall-cpu-DATE.txt]
+    python -m bench.speed.detokenizer_stall [--out bench/results/detokenizer-stall-cpu-DATE.txt]
 
 vLLM's frontend detokenizes each request with tokenizers' DecodeStream, primed with the whole
 prompt. A step whose token leaves an incomplete UTF-8 character (a random-weights model writes
@@ -57,7 +57,7 @@ def main() -> int:
                      f"{step_ms(tok, prompt, rng.choice(lone)):.3f}")
     print("\n".join(lines))
     if args.out:
-        Path(args.out).write_text(f"$ python bench/detokenizer_stall.py --out {args.out}\n"
+        Path(args.out).write_text(f"$ python -m bench.speed.detokenizer_stall --out {args.out}\n"
                                   + "\n".join(lines) + "\n")
     return 0
 

@@ -1,6 +1,7 @@
 """The frame-time figure: per-diagram browser step time for each shipped trace, before/after.
 
-    python bench/frames_chart.py --before bench/results/widgets-browser-2026-12-01-before.json \\
+    python -m bench.browser.frames_chart \\
+        --before bench/results/widgets-browser-2026-12-01-before.json \\
         --after bench/results/widgets-browser-2026-12-01b.json \\
         --play-before bench/results/widgets-browser-2026-12-01b-before.json --out FILE.png
 

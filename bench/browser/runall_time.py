@@ -2,8 +2,8 @@
 headless Chromium. The kernel is started first (as JupyterLab does when a notebook opens); the
 clock starts at Run All.
 
-    python bench/runall_time.py ROOT notebooks/04_da_hook.ipynb            # headless
-    python bench/runall_time.py ROOT notebooks/04_da_hook.ipynb --browser  # JupyterLab + Chromium
+    python -m bench.browser.runall_time ROOT notebooks/04_da_hook.ipynb            # headless
+    python -m bench.browser.runall_time ROOT notebooks/04_da_hook.ipynb --browser  # JupyterLab
 
 Headless: per code cell up to the player's, wall seconds and the kernel's CPU seconds (all its
 threads), and whether it wrote to stderr. Browser: when each cell's prompt settles and when the

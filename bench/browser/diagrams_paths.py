@@ -1,4 +1,5 @@
-"""How bench/diagrams_browser.py drives each path's page: today's plotly FigureWidgets (`old`,
+"""How bench/browser/diagrams_browser.py drives each path's page: today's plotly FigureWidgets
+(`old`,
 the player's Play/Step/slider are ipywidgets and every step is a kernel round trip) and the
 browser-drawn diagrams (`new`, static/*.js: the player is in the page). Same measures, each in
 the terms of its own page:

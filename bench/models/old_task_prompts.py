@@ -2,7 +2,7 @@
 commit e5c576c, before issue 26) as a `da-lab eval --prompts` file, so a delta can be measured
 on the distribution the previous one was trained and evaluated on ("in-distribution" for it).
 
-    python bench/old_task_prompts.py --n 64 > /tmp/old-task.jsonl
+    python -m bench.models.old_task_prompts --n 64 > /tmp/old-task.jsonl
     da-lab eval --model smollm2-da --prompts /tmp/old-task.jsonl --no-base --json --out F
 
 The old generator is read from git history (no copy of it is kept in the tree). Its chunks are
@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMMIT = "e5c576c"
 
 

@@ -3,8 +3,8 @@
 # through vLLM 0.26 with the hook on three sets in one engine run (in-domain and held-out-domain
 # generated prompts, n=500 each, and the hand-written file), with the ablations, then the
 # shipped (previous) delta on the same prompts without the base model and ablations.
-#   bench/smollm2_gpu.sh train    # -> $G/train.log, $G/smollm2-da/{delta.safetensors,training.json}
-#   bench/smollm2_gpu.sh eval     # -> $G/eval-new.json, $G/eval-old.json, $G/eval.log
+#   bench/models/smollm2_gpu.sh train    # -> $G/train.log, $G/smollm2-da/{delta.safetensors,training.json}
+#   bench/models/smollm2_gpu.sh eval     # -> $G/eval-new.json, $G/eval-old.json, $G/eval.log
 # Runs from a copy of the repository's da_lab (cd there first); G=/tmp/g26 by default.
 set -e
 G=${G:-/tmp/g26}

@@ -1,6 +1,6 @@
 """Benchmark: DA inside `vllm serve`, measured by vLLM's own serving benchmark, in one run.
 
-    python bench/serve_gpu.py --out bench/results/serve-h200-DATE.json \\
+    python -m bench.speed.serve_gpu --out bench/results/serve-h200-DATE.json \\
         [--model llama-8b-dummy] [--input-len 65536] [--output-len 512] [--concurrency 8]
 
 Two servers on the same machine, one after the other, each serving the same workload that
@@ -34,7 +34,7 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KEEP = ("completed", "duration", "output_throughput", "total_token_throughput",
         "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
         "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "total_input_tokens",
@@ -289,7 +289,7 @@ def main(argv=None) -> int:
         servers[kind] = {"start_s": got.pop("_start_s", None), "exit": got.pop("_server_exit"),
                          "da_metrics": got.pop("_metrics", None)}
         rows.update(got)
-    doc = {"command": "python bench/serve_gpu.py " + " ".join(argv or sys.argv[1:]),
+    doc = {"command": "python -m bench.speed.serve_gpu " + " ".join(argv or sys.argv[1:]),
            "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "machine": platform.node(), "model": args.model, "input_len": args.input_len,
            "kept_len": kept, "output_len": args.output_len, "concurrency": args.concurrency,
@@ -311,7 +311,7 @@ def main(argv=None) -> int:
 def combine(paths: list[str], out: str, argv) -> int:
     docs = [json.loads(Path(p).read_text()) for p in paths]
     doc = dict(docs[0], rows={}, servers={}, parts=[d["command"] for d in docs],
-               command="python bench/serve_gpu.py " + " ".join(argv or sys.argv[1:]),
+               command="python -m bench.speed.serve_gpu " + " ".join(argv or sys.argv[1:]),
                wall_s=round(sum(d.get("wall_s", 0) for d in docs), 1))
     for d in docs:
         doc["rows"].update(d["rows"])

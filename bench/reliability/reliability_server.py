@@ -1,4 +1,5 @@
-"""The server half of the reliability run (bench/reliability.py): a real `da-lab serve` with an
+"""The server half of the reliability run (bench/reliability/reliability.py): a real
+`da-lab serve` with an
 API key and a small KV cache, met the way a crowd of clients would meet it.
 
   prompt_lists   completions whose `prompt` is a list of 2-4 prompts of different lengths

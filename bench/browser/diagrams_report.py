@@ -1,8 +1,9 @@
-"""The tables of bench/results/diagrams-browser-*.md from bench/diagrams_browser.py's JSON: the
+"""The tables of bench/results/diagrams-browser-*.md from bench/browser/diagrams_browser.py's
+JSON: the
 plotly path and the browser-drawn one side by side, per shipped trace and set (nothing is
 measured here).
 
-    python bench/diagrams_report.py bench/results/diagrams-browser-DATE.json
+    python -m bench.browser.diagrams_report bench/results/diagrams-browser-DATE.json
 """
 
 from __future__ import annotations

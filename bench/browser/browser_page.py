@@ -1,6 +1,6 @@
 """The page every browser benchmark drives: a JupyterLab server on localhost with a one-cell
 notebook (the kernel builds Players there), and headless Chromium (Playwright) with a DevTools
-session, as tests/test_browser.py does. bench/diagrams_browser.py uses it, once per checkout
+session, as tests/test_browser.py does. bench/browser/diagrams_browser.py uses it, once per checkout
 (the kernel imports that checkout's da_lab and widgets)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("BROWSER_PATH", "/usr/bin/chromium")
 NOTEBOOK = {"cells": [{"cell_type": "code", "execution_count": None, "id": "bench-00",
                        "metadata": {}, "outputs": [], "source":

@@ -2,7 +2,7 @@
 default 64-block cache against the masked oracle, many request lifecycles with per-request
 state and RSS checked, and the malformed API/CLI calls.
 
-    PYTHONPATH=. DA_LAB_MODEL=da-tiny-v1 python bench/reliability.py [--quick]
+    PYTHONPATH=. DA_LAB_MODEL=da-tiny-v1 python -m bench.reliability.reliability [--quick]
 
 Writes bench/results/reliability-<date>.json with the counts `crashes`, `stalls`,
 `unflagged_mismatches`, `leaked_entries`, `tracebacks`, `server_deaths` and
@@ -199,10 +199,10 @@ def main(argv=None) -> int:
                          "requests outgrow the 64 blocks and vLLM preempts some")
     ap.add_argument("--out", default=None, help="default bench/results/reliability-<date>.json")
     ap.add_argument("--no-server", action="store_true",
-                    help="skip the server cases (bench/reliability_server.py)")
+                    help="skip the server cases (bench/reliability/reliability_server.py)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    res: dict = {"command": " ".join(["python", "bench/reliability.py", *sys.argv[1:]])}
+    res: dict = {"command": " ".join(["python", "bench/reliability/reliability.py", *sys.argv[1:]])}
     res["fuzz"] = fuzz(args.streams)
     from da_lab.checks.oracle import load_reference
     from da_lab.engine.lab import Lab
@@ -220,7 +220,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as d:
         res["bad_cli"] = bad_cli_calls(Path(d))
     if not args.no_server:
-        import reliability_server  # beside this script (bench/ is on sys.path when run)
+        from bench.reliability import reliability_server
 
         res["server"] = reliability_server.run(str(build_tiny_model()))
     res.update(crashes=res["fuzz"]["crashes"] + res["fuzz"]["events_differ"]
@@ -237,7 +237,7 @@ def main(argv=None) -> int:
     if "server" in res:
         res["unflagged_mismatches"] += res["server"]["unflagged_mismatches"]
     day = datetime.now(UTC).strftime("%Y-%m-%d")
-    out = Path(args.out or Path(__file__).parent / "results" / f"reliability-{day}.json")
+    out = Path(args.out or Path(__file__).parents[1] / "results" / f"reliability-{day}.json")
     out.write_text(json.dumps(res, indent=1) + "\n")
     print(json.dumps({k: res[k] for k in ("crashes", "stalls", "unflagged_mismatches",
                                           "leaked_entries", "tracebacks", "server_deaths",

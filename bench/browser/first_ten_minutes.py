@@ -1,6 +1,6 @@
 """Benchmark: a fresh clone to diagram 4 animating, the way README's "Your first ten minutes" goes.
 
-    BROWSER_PATH=/usr/bin/chromium .venv/bin/python bench/first_ten_minutes.py \\
+    BROWSER_PATH=/usr/bin/chromium .venv/bin/python -m bench.browser.first_ten_minutes \\
         [--repo .] [--notebook 00_tour.ipynb] [--out bench/results/first-ten-minutes-DATE.json]
 
 1. `git clone` the repository into a scratch folder (a fresh clone: no .venv, no built model);
@@ -34,7 +34,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 URL = re.compile(r"(http://127\.0\.0\.1:\d+)/lab\?token=([0-9a-f]+)")
 KERNEL_IDLE = ("(() => { const w = window.jupyterapp.shell.currentWidget;"
                " const k = w && w.sessionContext && w.sessionContext.session"
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
     marks.pop("url", None)
-    doc = {"command": "python bench/first_ten_minutes.py " + " ".join(argv or sys.argv[1:]),
+    doc = {"command": "python -m bench.browser.first_ten_minutes " + " ".join(argv or sys.argv[1:]),
            "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "code": subprocess.run(["git", "-C", str(clone), "rev-parse", "--short", "HEAD"],
                                   capture_output=True, text=True).stdout.strip(),

@@ -1,0 +1,1 @@
+"""Reliability: fuzzed tags, concurrency, preemption, lifecycles, the server's hostile cases."""

@@ -1,0 +1,1 @@
+"""Speed: the hook's cost and decode speed against the stock engine in the same run."""
