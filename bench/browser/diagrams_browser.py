@@ -9,8 +9,8 @@ side by side in one run, every shipped trace.
 For each path a JupyterLab server on localhost (its kernel imports that checkout's da_lab and
 widgets) and headless Chromium at 1366 x 768 (bench/browser/browser_page.py). Per shipped trace,
 for the tour (all four diagrams) and notebook 04's pair (DA hook + blocks), the kernel builds a
-Player over a TraceSource at 20 steps/s (interval 50 ms), then (bench/browser/diagrams_paths.py says how
-each page is read):
+Player over a TraceSource at 20 steps/s (interval 50 ms), then (bench/browser/diagrams_paths.py
+says how each page is read):
   - play: ▶ from the first step to the last; steps painted of steps played, and steps a second;
   - step: a Step press per recorded step, click -> painted (median, p95);
   - drag: the slider dragged across every step with the mouse (2 s); frames a second in which
