@@ -55,20 +55,23 @@ TIERS = {
              "test_trace", "test_trace_broken", "test_trace_process",
              "test_vllm_manifests", "test_nl_task", "test_eval_prompts", "test_eval_notebook",
              "test_packets", "test_bundle", "test_interfaces", "test_serve_units",
-             "test_hook_state", "test_oracle_refs", "test_torch_source", "test_env_child",
+             "test_hook_state", "test_torch_source", "test_env_child",
              "test_lab_files"],
     "engine": ["test_engine", "test_kvmap", "test_lab_trace", "test_steering", "test_refusals",
                "test_reliability", "test_selfcheck", "test_tp_cpu", "test_cli_messages",
                "test_bench", "test_eval_ablations", "test_eval_prompts_engine",
                "test_eval_smollm2", "test_smollm2", "test_finetune_smollm2",
-               "test_task_train_eval", "test_quiet", "test_validation"],
+               "test_task_train_eval", "test_quiet", "test_validation", "test_oracle_refs"],
     "serve": ["test_serve", "test_serve_hostile", "test_serve_refused"],
     "browser": ["test_browser", "test_page", "test_widgets", "test_export_skeleton",
                 "test_export_steps", "test_first_cell"],
 }
 # The engine tests the inner loop keeps: the hook against the oracle, steering, the KV map and
 # the trace a Lab writes.
-CORE_ENGINE = {"test_engine", "test_kvmap", "test_lab_trace", "test_steering", "test_validation"}
+CORE_ENGINE = {"test_engine", "test_lab_trace", "test_steering", "test_validation"}
+# ... but not their tests that start vLLM again in a child process (tens of seconds each).
+NOT_FAST = {"test_layout_travels_with_the_request_to_another_process",
+            "test_cli_demo_json_is_one_document"}
 TIER_OF = {m: t for t, mods in TIERS.items() for m in mods}
 
 
@@ -81,5 +84,6 @@ def pytest_collection_modifyitems(config, items):
         tier = TIER_OF.get(path.stem)
         if tier:
             item.add_marker(tier)
-            if tier == "unit" or path.stem in CORE_ENGINE:
+            if tier == "unit" or (path.stem in CORE_ENGINE
+                                  and item.originalname not in NOT_FAST):
                 item.add_marker("fast")
