@@ -9,17 +9,14 @@ printed at the end of the run.
 
 from __future__ import annotations
 
-import shutil
 import time
 
 import pytest
 from browser_lab import (
     PLAYER,
     ROOT,
-    Server,
     code_cells,
     drawn,
-    launch,
     layout,
     open_notebook,
     player_state,
@@ -44,20 +41,10 @@ shots: list[str] = []
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory, request):
-    work = tmp_path_factory.mktemp("lab") / "work"
-    work.mkdir()
-    for name in (TOUR, HOOK):
-        shutil.copy(ROOT / "notebooks" / name, work / name)
+def lab(jupyter, request):
+    """The session's JupyterLab and Chromium (conftest.jupyter)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    server = Server(work, model=None)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = launch(p)
-        yield server, browser
-        browser.close()
-    server.stop()
+    yield jupyter
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     with capture.global_and_fixture_disabled():     # printed even when the tests pass
         print("", *(f"browser screenshot: {s}" for s in shots), sep="\n")
