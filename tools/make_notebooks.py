@@ -129,7 +129,8 @@ player = Player(source, [skeleton])
 player.widget'''),
         md("The buttons ask real engines: a sliding-window variant and a quantized variant of "
            "the same tiny model are started in a separate process (stock vLLM) and introspected "
-           "the same way. The first time takes ~30 s each; answers are cached."),
+           "the same way: a variant's first answer waits for its engine to start; answers are "
+           "cached."),
         code('''attn = [s for s in source.header["skeleton"]["slots"] if s["slot"] == "attention"]
 print("attention backends in use:", sorted({s["backend"] for s in attn}))
 print("impl classes:", sorted({s["impl"] for s in attn}))'''),
@@ -206,28 +207,68 @@ hook = DAHookDiagram(source.header, highlight, lab=lab)
 blocks = BlocksDiagram(source.header, highlight)
 player = Player(source, [hook, blocks])
 player.widget'''),
-        md("## Feel the speed\nThe same tiny model at ~5,400 tokens of context: time decode "
-           "steps under GLOBAL, then under FOCUS on one chunk, on this machine, now."),
-        code('''import statistics
-import plotly.graph_objects as go
+        md("## Where a step's time goes\nThe same tiny model at ~5,400 tokens of context, in "
+           "a separate process: decode steps timed under GLOBAL, then under `<focus C3>`, on "
+           "this machine, now; ten steps of each run under torch's profiler, which says how "
+           "much of a step the attention kernel is."),
+        code('''import os, time
 from da_lab.bench.speed import measure
 
-# A separate process with a bigger KV cache (~5,400 tokens of context); this kernel's live
-# engine keeps running. About 20 s on 2 CPU cores.
+# This kernel's live engine keeps running; the speed run starts its own (a bigger KV cache).
+t0, load0 = time.perf_counter(), os.getloadavg()[0]
 speed = measure(chunk_blocks=14, steps=60)
-fig = go.Figure([go.Scatter(y=m["step_ms"],
-                            name=f"{k}: median {statistics.median(m['step_ms']):.2f} ms,"
-                                 f" {m['blocks_read'][-1]} blocks read")
+print(f"measured in {time.perf_counter() - t0:.0f} s on {os.cpu_count()} CPUs, load average "
+      f"{load0:.1f} -> {os.getloadavg()[0]:.1f}")
+g = speed["modes"]["global"]
+print(f"{speed['context_tokens']} prompt tokens: 1 block of scaffold, 12 chunks of 14 blocks, "
+      f"1 of question, then the response; GLOBAL read {g['blocks_read'][-1]} blocks at its "
+      "last step")'''),
+        md("**Predict, then run.** Under `<focus C3>` the kernel reads the scaffold, chunk C3 "
+           "and the question, and the response. How many blocks did it read at its last step? "
+           "Type your number, run the cell."),
+        code('''PREDICT = None          # your number
+import statistics
+import plotly.graph_objects as go
+from da_lab.predict import check
+
+f = speed["modes"]["focus"]
+check(PREDICT, f["blocks_read"][-1], "the blocks FOCUS read at its last step",
+      f"GLOBAL's {g['blocks_read'][-1]} less the 11 hidden chunks of 14")
+for k, m in speed["modes"].items():
+    p = m["profile"]
+    print(f"{k:>6}: {m['blocks_read'][-1]:>3} blocks read, median step "
+          f"{statistics.median(m['step_ms']):.2f} ms | profiled: attention {p['attention_ms']:.2f}"
+          f" of {p['step_ms']:.2f} ms ({p['attention_share']:.0%}), all torch ops "
+          f"{p['torch_ops_ms']:.2f} ms, the rest Python (scheduling, the hook, sampling)")
+fig = go.Figure([go.Scatter(y=m["step_ms"], name=f"{k}: {m['blocks_read'][-1]} blocks read")
                  for k, m in speed["modes"].items()])
 fig.update_layout(title=f"decode step time at {speed['context_tokens']} tokens ({speed['engine']})",
                   xaxis_title="decode step", yaxis_title="ms", height=350)
 fig.show()'''),
+        md("For this 3M-parameter model the attention kernel is a small part of a step, so "
+           "reading fewer blocks saves only that part (the committed run: "
+           "`bench/results/speed-cpu-2026-12-02.json`, 2 CPU cores at load 1.2). On a GPU with "
+           "a real model at long context, attention is most of a step; the committed H200 run "
+           "(`da-lab bench`, the command below, vLLM 0.26, an 8B-shaped Llama, 64k tokens, "
+           "batch 8):"),
+        code('''import json
+
+h200 = json.load(open("../bench/results/bench-64k-b8-2026-11-30.json"))
+rows = {r["mode"]: r for r in h200["rows"]}
+for k in ("global", "focus"):
+    r = rows[k]
+    attn, step = r["attn_ms_per_step"], r["step_ms"]
+    print(f"{k:>6}: {r['kv_blocks_read_per_step']:>7.0f} blocks read a step, step {step:.1f} ms,"
+          f" attention {attn:.1f} ms ({attn / step:.0%}), {r['decode_tok_s']:.0f} tokens/s")
+print(f"FOCUS decodes {h200['ratios'][0]['focus/global']}x as fast as GLOBAL "
+      f"({h200['device']}, {h200['vllm']}, {h200['date'][:10]})")
+print("on a GPU, measure it yourself:", h200["command"].split(" --out")[0])'''),
         md("## What you can now explain\n"
            "- How a tag in the output becomes a shorter block-table row for the kernel.\n"
            "- Why FOCUS keeps the scaffold, the named chunks and the response, and LOCAL only "
            "the scaffold and the response.\n"
-           "- Why decoding gets faster when the kernel reads fewer blocks, and why the gain "
-           "grows with context length."),
+           "- Why reading fewer blocks speeds a step only by the attention kernel's share of "
+           "it: small for the tiny model on a CPU, most of a step at 64k tokens on an H200."),
         CLOSE])
 
 
@@ -294,8 +335,9 @@ print(f"mode {r.mode}, blocks read {r.blocks_read} of {r.blocks_total}")'''),
 
 
 SERVER_START = code('''# Start `da-lab serve` in the background (the embedded model that writes
-# its own tags; ~20-60 s on 2 CPU cores): three processes, the API server, the engine core and
-# the worker where the hook runs. DA_LAB_TRACE: the worker records its steps there.
+# its own tags): three processes, the API server, the engine core and the worker where the
+# hook runs. DA_LAB_TRACE: the worker records its steps there. The last line says how long the
+# start took here, and how busy the machine was.
 import atexit, os, re, signal, subprocess, sys, tempfile, time
 from pathlib import Path
 
@@ -307,7 +349,7 @@ server = subprocess.Popen([sys.executable, "-m", "da_lab.cli", "serve", "--port"
                           env=dict(os.environ, DA_LAB_TRACE=str(TRACE)), stdout=log,
                           stderr=subprocess.STDOUT, start_new_session=True)
 atexit.register(lambda: server.poll() is None and os.killpg(server.pid, signal.SIGTERM))
-url = None
+url, t0, load0 = None, time.perf_counter(), os.getloadavg()[0]
 for _ in range(600):
     m = re.search(r"serving .* at (http://\\S+)/v1", LOG.read_text())
     if m:
@@ -316,7 +358,8 @@ for _ in range(600):
     if server.poll() is not None:
         raise RuntimeError(LOG.read_text()[-3000:])
     time.sleep(1)
-print("server at", url)''')
+print(f"server at {url}: started in {time.perf_counter() - t0:.0f} s on {os.cpu_count()} "
+      f"CPUs, load average {load0:.1f} -> {os.getloadavg()[0]:.1f}")''')
 
 
 def nb_server() -> None:

