@@ -100,12 +100,21 @@ diagrams = [SkeletonDiagram(source.header, highlight), BlocksDiagram(source.head
             DAHookDiagram(source.header, highlight, lab=lab)]
 player = Player(source, diagrams)
 player.widget'''),
-        md("Step a few times from code too (the ▶ button does the same, one engine step "
-           "per tick):"),
-        code('''for _ in range(14):
-    player.step()
+        md("**Predict, then run.** The next cell steps the engine to step 14 from code (▶ "
+           "does the same, one engine step per tick). The model writes its own tag in its first "
+           "tokens: in which mode will the request be after those 14 steps, GLOBAL, FOCUS or "
+           "LOCAL? Type it, run the cell."),
+        code('''PREDICT = None          # "GLOBAL", "FOCUS" or "LOCAL"
+from da_lab.predict import check
+
+while (player.i or 0) < 14 and player.step():    # run again: the same step, no further
+    pass
 rec = source.records[player.i].requests[0]
-print(f"step {player.i}: mode {rec.mode}, blocks read {rec.blocks_read} of {rec.blocks_total}")'''),
+trapped = [e["text"] for q in source.records[:player.i + 1] for r in q.requests
+           if r.req == rec.req for e in r.events if e["kind"] == "tag_trapped"]
+check(PREDICT, (rec.mode or "global").upper(), f"the mode at step {player.i}",
+      f"tags trapped so far: {', '.join(trapped) or 'none'}")
+print(f"step {player.i}: blocks read {rec.blocks_read} of {rec.blocks_total}")'''),
         md("## What you can now explain\n"
            "- Where DA acts in vLLM: at the attention metadata builder, between the committed "
            "block table and the kernel — and why nothing else changes.\n"
@@ -131,8 +140,16 @@ player.widget'''),
            "the same tiny model are started in a separate process (stock vLLM) and introspected "
            "the same way: a variant's first answer waits for its engine to start; answers are "
            "cached."),
-        code('''attn = [s for s in source.header["skeleton"]["slots"] if s["slot"] == "attention"]
-print("attention backends in use:", sorted({s["backend"] for s in attn}))
+        md("**Predict, then run.** Every layer of this model is full (global) attention. How "
+           "many different attention backends did vLLM put in its attention slots? Type a "
+           "number, run the cell: it counts them in what the engine reported."),
+        code('''PREDICT = None          # a number
+from da_lab.predict import check
+
+attn = [s for s in source.header["skeleton"]["slots"] if s["slot"] == "attention"]
+backends = sorted({s["backend"] for s in attn})
+check(PREDICT, len(backends), "the number of attention backends",
+      f"{len(attn)} attention slots, all {', '.join(backends)}")
 print("impl classes:", sorted({s["impl"] for s in attn}))'''),
         md("## What you can now explain\n"
            "- Which parts of a model are fixed code and which are slots vLLM fills per platform.\n"
@@ -153,9 +170,17 @@ def nb_blocks() -> None:
 blocks = BlocksDiagram(source.header, highlight)
 player = Player(source, [blocks])
 player.widget'''),
-        code('''for _ in range(20):
-    player.step()
+        md("**Predict, then run.** The lesson's prompt has 12 chunks of one block each, and "
+           "the model names one of them in its tag. At step 20, how many blocks of the "
+           "staged row will the kernel *not* read? Type a number, run the cell."),
+        code('''PREDICT = None          # a number
+from da_lab.predict import check
+
+while (player.i or 0) < 20 and player.step():    # run again: the same step, no further
+    pass
 r = source.records[player.i].requests[0]
+check(PREDICT, len(r.staged_row) - len(r.read_row), "the blocks hidden from the kernel",
+      f"mode {r.mode}: {len(r.read_row)} of {len(r.staged_row)} read")
 print("staged row  :", r.staged_row.tolist())
 print("kernel read :", r.read_row.tolist())'''),
         md("## What you can now explain\n"
@@ -176,9 +201,21 @@ def nb_metadata_path() -> None:
 path = MetadataPathDiagram(source.header, highlight)
 player = Player(source, [path])
 player.widget'''),
-        code('''for _ in range(16):
-    player.step()
-m = source.records[player.i].metadata
+        md("**Predict, then run.** At step 16 the request holds some tokens (printed "
+           "first); the hook hides every block it does not keep, each a full 32 tokens. What "
+           "`seq_len` does the kernel's metadata say for it? Run once to see the numbers, "
+           "then type yours and run again."),
+        code('''PREDICT = None          # a number
+from da_lab.predict import check
+
+while (player.i or 0) < 16 and player.step():    # run again: the same step, no further
+    pass
+rec = source.records[player.i]
+r, m = rec.requests[0], rec.metadata
+print(f"step {rec.step}: the request holds {r.seq_len} tokens; the kernel reads {r.blocks_read}"
+      f" of its {r.blocks_total} blocks")
+check(PREDICT, int(m.seq_lens[r.row]), "the seq_len the kernel got",
+      f"{r.seq_len} - 32 x {r.blocks_total - r.blocks_read} hidden")
 print("seq_lens the kernel got:", m.seq_lens.tolist(),
       "| block table shape:", m.block_table_shape)'''),
         md("## What you can now explain\n"
@@ -308,7 +345,7 @@ from da_lab.engine.one_lab import one_lab
 from da_lab_widgets import BlocksDiagram, DAHookDiagram, Highlight, LiveSource, Player
 
 sample = task.held_out(3)[2]
-print(sample.prompt.tail.strip(), "-> expected:", sample.tag, sample.answer)
+print(sample.prompt.tail.strip())
 lab = one_lab(model_path(MODEL))
 rid = lab.add_request(sample.prompt, max_tokens=len(sample.response_ids), request_id="self-tag")
 source = LiveSource(lab)
@@ -317,11 +354,20 @@ hook = DAHookDiagram(source.header, highlight, lab=lab)
 blocks = BlocksDiagram(source.header, highlight)
 player = Player(source, [hook, blocks])
 player.widget'''),
-        code('''while player.step():
+        md("**Predict, then run.** Read the question printed above: which tag will the model "
+           "write, `<focus Ck>` for which k (or `<local>`)? Type it, run the cell: it runs the "
+           "request to its end and compares with the tag the hook trapped."),
+        code('''PREDICT = None          # e.g. "<focus C4>"
+from da_lab.predict import check
+
+while player.step():
     pass
 # The request's last record with hook state (on a GPU the engine's final, asynchronous step
 # only returns the last token).
 r = [q for rec in source.records for q in rec.requests if q.req == rid and q.hooked][-1]
+trapped = [e["text"] for e in lab.request_state(rid).events if e["kind"] == "tag_trapped"]
+check(PREDICT, trapped[0] if trapped else "(no tag)", "the tag it wrote",
+      f"the task's answer: {sample.tag} {sample.answer}")
 print("wrote:", repr(lab.requests[rid]["text"]))
 print(f"mode {r.mode}, blocks read {r.blocks_read} of {r.blocks_total}")'''),
         md("## What you can now explain\n"
