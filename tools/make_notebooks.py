@@ -226,87 +226,9 @@ print("seq_lens the kernel got:", m.seq_lens.tolist(),
 
 
 def nb_da_hook() -> None:
-    notebook("04_da_hook.ipynb", [
-        md("# 4 · The DA hook, animated\n\nThe response streams in; the tag buffer fills and "
-           "traps at `>`; the GLOBAL / FOCUS / LOCAL lamps follow; the row shows which blocks "
-           "the kernel reads. The model (`da-tiny-tags`) writes its own `<focus Ck>`, then the "
-           "answer; the note under the stream says what the rest of its text is.\n\n"
-           "**Steer it yourself** while it plays: a button makes the live engine write that tag "
-           "into the model's own output from its next token; the hook traps it at `>` and the "
-           "blocks read change the step after. A button that can't do anything now (the mode "
-           "is already that, the request has finished, you are looking at an earlier step) is "
-           "greyed out and the reason is shown. Try FOCUS on a chunk that does not hold the "
-           "answer, and watch what the model copies next."),
-        SOURCE,
-        code('''from da_lab_widgets import BlocksDiagram, DAHookDiagram
+    from notebook04 import cells  # tools/notebook04.py: the hook animated, where time goes
 
-hook = DAHookDiagram(source.header, highlight, lab=lab)
-blocks = BlocksDiagram(source.header, highlight)
-player = Player(source, [hook, blocks])
-player.widget'''),
-        md("## Where a step's time goes\nThe same tiny model at ~5,400 tokens of context, in "
-           "a separate process: decode steps timed under GLOBAL, then under `<focus C3>`, on "
-           "this machine, now; ten steps of each run under torch's profiler, which says how "
-           "much of a step the attention kernel is."),
-        code('''import os, time
-from da_lab.bench.speed import measure
-
-# This kernel's live engine keeps running; the speed run starts its own (a bigger KV cache).
-t0, load0 = time.perf_counter(), os.getloadavg()[0]
-speed = measure(chunk_blocks=14, steps=60)
-print(f"measured in {time.perf_counter() - t0:.0f} s on {os.cpu_count()} CPUs, load average "
-      f"{load0:.1f} -> {os.getloadavg()[0]:.1f}")
-g = speed["modes"]["global"]
-print(f"{speed['context_tokens']} prompt tokens: 1 block of scaffold, 12 chunks of 14 blocks, "
-      f"1 of question, then the response; GLOBAL read {g['blocks_read'][-1]} blocks at its "
-      "last step")'''),
-        md("**Predict, then run.** Under `<focus C3>` the kernel reads the scaffold, chunk C3 "
-           "and the question, and the response. How many blocks did it read at its last step? "
-           "Type your number, run the cell."),
-        code('''PREDICT = None          # your number
-import statistics
-import plotly.graph_objects as go
-from da_lab.predict import check
-
-f = speed["modes"]["focus"]
-check(PREDICT, f["blocks_read"][-1], "the blocks FOCUS read at its last step",
-      f"GLOBAL's {g['blocks_read'][-1]} less the 11 hidden chunks of 14")
-for k, m in speed["modes"].items():
-    p = m["profile"]
-    print(f"{k:>6}: {m['blocks_read'][-1]:>3} blocks read, median step "
-          f"{statistics.median(m['step_ms']):.2f} ms | profiled: attention {p['attention_ms']:.2f}"
-          f" of {p['step_ms']:.2f} ms ({p['attention_share']:.0%}), all torch ops "
-          f"{p['torch_ops_ms']:.2f} ms, the rest Python (scheduling, the hook, sampling)")
-fig = go.Figure([go.Scatter(y=m["step_ms"], name=f"{k}: {m['blocks_read'][-1]} blocks read")
-                 for k, m in speed["modes"].items()])
-fig.update_layout(title=f"decode step time at {speed['context_tokens']} tokens ({speed['engine']})",
-                  xaxis_title="decode step", yaxis_title="ms", height=350)
-fig.show()'''),
-        md("For this 3M-parameter model the attention kernel is a small part of a step, so "
-           "reading fewer blocks saves only that part (the committed run: "
-           "`bench/results/speed-cpu-2026-12-02.json`, 2 CPU cores at load 1.2). On a GPU with "
-           "a real model at long context, attention is most of a step; the committed H200 run "
-           "(`da-lab bench`, the command below, vLLM 0.26, an 8B-shaped Llama, 64k tokens, "
-           "batch 8):"),
-        code('''import json
-
-h200 = json.load(open("../bench/results/bench-64k-b8-2026-11-30.json"))
-rows = {r["mode"]: r for r in h200["rows"]}
-for k in ("global", "focus"):
-    r = rows[k]
-    attn, step = r["attn_ms_per_step"], r["step_ms"]
-    print(f"{k:>6}: {r['kv_blocks_read_per_step']:>7.0f} blocks read a step, step {step:.1f} ms,"
-          f" attention {attn:.1f} ms ({attn / step:.0%}), {r['decode_tok_s']:.0f} tokens/s")
-print(f"FOCUS decodes {h200['ratios'][0]['focus/global']}x as fast as GLOBAL "
-      f"({h200['device']}, {h200['vllm']}, {h200['date'][:10]})")
-print("on a GPU, measure it yourself:", h200["command"].split(" --out")[0])'''),
-        md("## What you can now explain\n"
-           "- How a tag in the output becomes a shorter block-table row for the kernel.\n"
-           "- Why FOCUS keeps the scaffold, the named chunks and the response, and LOCAL only "
-           "the scaffold and the response.\n"
-           "- Why reading fewer blocks speeds a step only by the attention kernel's share of "
-           "it: small for the tiny model on a CPU, most of a step at 64k tokens on an H200."),
-        CLOSE])
+    notebook("04_da_hook.ipynb", cells(SOURCE, CLOSE))
 
 
 def nb_model_writes_tags() -> None:
@@ -380,92 +302,10 @@ print(f"mode {r.mode}, blocks read {r.blocks_read} of {r.blocks_total}")'''),
         CLOSE])
 
 
-SERVER_START = code('''# Start `da-lab serve` in the background (the embedded model that writes
-# its own tags): three processes, the API server, the engine core and the worker where the
-# hook runs. DA_LAB_TRACE: the worker records its steps there. The last line says how long the
-# start took here, and how busy the machine was.
-import atexit, os, re, signal, subprocess, sys, tempfile, time
-from pathlib import Path
-
-WORK = Path(tempfile.mkdtemp(prefix="da-lab-serve-"))
-TRACE, LOG = WORK / "server_trace.jsonl.gz", WORK / "server.log"
-log = open(LOG, "w")
-server = subprocess.Popen([sys.executable, "-m", "da_lab.cli", "serve", "--port", "0",
-                           "--num-gpu-blocks-override", "96", "--max-model-len", "2048"],
-                          env=dict(os.environ, DA_LAB_TRACE=str(TRACE)), stdout=log,
-                          stderr=subprocess.STDOUT, start_new_session=True)
-atexit.register(lambda: server.poll() is None and os.killpg(server.pid, signal.SIGTERM))
-url, t0, load0 = None, time.perf_counter(), os.getloadavg()[0]
-for _ in range(600):
-    m = re.search(r"serving .* at (http://\\S+)/v1", LOG.read_text())
-    if m:
-        url = m.group(1)
-        break
-    if server.poll() is not None:
-        raise RuntimeError(LOG.read_text()[-3000:])
-    time.sleep(1)
-print(f"server at {url}: started in {time.perf_counter() - t0:.0f} s on {os.cpu_count()} "
-      f"CPUs, load average {load0:.1f} -> {os.getloadavg()[0]:.1f}")''')
-
-
 def nb_server() -> None:
-    notebook("07_server.ipynb", [
-        md("# 7 · DA inside `vllm serve`\n\nThe same hook, in vLLM's OpenAI server: "
-           "`da-lab serve` starts it with da_lab's plugins, a client sends DA prompts over HTTP "
-           "(the layout travels in `vllm_xargs`), and the server records the hook's steps to a "
-           "trace that the diagrams follow while it grows."),
-        SERVER_START,
-        md("Three held-out questions of the tiny model's task, sent at once. The client builds "
-           "each DA prompt with the server's tokenizer (chunks padded to whole blocks), sends "
-           "the token ids and the layout, streams the reply, then asks the server for the "
-           "request's DA stats."),
-        code('''from concurrent.futures import ThreadPoolExecutor
-from da_lab.client import DAClient
-from da_lab.training.task import held_out
+    from notebook07 import cells  # tools/notebook07.py: DA inside `vllm serve`
 
-client = DAClient(url)
-samples = held_out(3)
-
-def ask(s):
-    question = s.prompt.tail.removeprefix(" Question: ").removesuffix(" Answer:")
-    return client.ask(list(s.prompt.chunks), question, max_tokens=12)
-
-with ThreadPoolExecutor(3) as ex:
-    replies = list(ex.map(ask, samples))
-for s, r in zip(samples, replies):
-    print(f"{r.text!r:32} tags {r.tags}  expected {s.tag} {s.answer!r}  "
-          f"blocks read {r.stats['blocks_read']} of {r.stats['blocks_total']}")'''),
-        md("The server's own numbers: the `da_lab:` series on `/metrics`, beside vLLM's."),
-        code('''import httpx
-lines = httpx.get(url + "/metrics").text.splitlines()
-print("\\n".join(x for x in lines if x.startswith("da_lab:") and "_bucket" not in x))'''),
-        md("Diagrams 2–4 from the server's trace. `follow=True`: stepping past the last record "
-           "reads what the server appended since (send more requests and step on)."),
-        code('''from da_lab_widgets import BlocksDiagram, DAHookDiagram, Highlight, Player
-from da_lab_widgets import TraceSource
-from da_lab_widgets.metadata_path import MetadataPathDiagram
-
-source = TraceSource(TRACE, follow=True)
-highlight = Highlight()
-diagrams = [DAHookDiagram(source.header, highlight), BlocksDiagram(source.header, highlight),
-            MetadataPathDiagram(source.header, highlight)]
-player = Player(source, diagrams)
-player.widget'''),
-        code('''for _ in range(10):
-    player.step()
-rec = source.records[player.i]
-print(f"step {rec.step}: " + ", ".join(f"{q.req} {q.mode} {q.blocks_read}/{q.blocks_total}"
-                                       for q in rec.requests))'''),
-        md("Stop the server this notebook started (its engine processes go with it)."),
-        code('''client.close()
-server.send_signal(signal.SIGTERM)
-print("server exited with", server.wait(60))'''),
-        md("## What you can now explain\n"
-           "- How a request carries its layout through vLLM's OpenAI server, and where a bad "
-           "one is refused (HTTP 400, before the engine).\n"
-           "- Why the per-request stats come from the worker process, and how they reach the "
-           "client and /metrics.\n"
-           "- What a server's trace holds that a Lab's does, and what it can't see.")])
+    notebook("07_server.ipynb", cells())
 
 
 def nb_real_model() -> None:
