@@ -24,6 +24,8 @@ export function visible(text) {
 export class Lamps {
   constructor(parent) {
     this.el = h("div", { class: "da-lamps", title: "the mode the hook applied this step" }, parent);
+    // indicators, not buttons: a plain label first (the buttons are under "steer it yourself")
+    h("span", { class: "da-caption", text: "mode this step:" }, this.el);
     this.lamps = {};
     for (const m of MODES) {
       const w = h("span", { class: `da-lamp-wrap da-lamp-${m}`, "data-mode": m }, this.el);
@@ -121,7 +123,7 @@ export class Steering {
     if (st && st.picked && !this.fromKernel) { this.picked = new Set(st.picked); this.fromKernel = true; }
     this.picked ??= new Set();
     if (this.chips.childElementCount !== names.length + 1) {
-      this.chips.replaceChildren(h("span", { text: "focus on:" }));
+      this.chips.replaceChildren(h("span", { text: "focus on (tick one or more):" }));
       for (const [k, name] of names.entries()) {
         const chip = h("label", { class: "da-chip" }, this.chips);
         const box = h("input", { type: "checkbox", value: k + 1, "data-da-chunk": k + 1,
