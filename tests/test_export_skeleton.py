@@ -270,7 +270,14 @@ def test_sliding_window_variant_runs_a_real_engine(tiny_model, variant_home, tra
     d = SkeletonDiagram(trace.header, Highlight(), model_path=tiny_model)
     d.answer_variant("sliding_window")
     assert "sliding window 64" in d.answer and "SlidingWindowSpec" in d.answer
-    assert "cached result" in d.status and d.panel() == {"status": d.status, "answer": d.answer}
+    assert "cached result" in d.status and d.panel() == {"status": d.status, "answer": d.answer,
+                                                         "view": d.view}
+    # the variant's skeleton is drawn in place of the run's; "own" goes back
+    own = SkeletonDiagram.drawing(trace.header["skeleton"], trace.header["provenance"])
+    assert d.view["title"][0][0] == "sliding-window model" and d.view["rows"] != own["rows"]
+    assert "drawn above" in d.status
+    d.on_message("variant", {"kind": "own"})
+    assert d.view is None and d.panel()["view"] is None
 
 
 def test_quantized_variant_runs_a_real_engine(tiny_model, variant_home, trace):
@@ -297,6 +304,9 @@ def test_quantized_variant_runs_a_real_engine(tiny_model, variant_home, trace):
     d.answer_variant("quantized")
     assert "Fp8PtpcOnlineLinearMethod" in d.answer
     assert "float32 is not supported" in d.answer
+    # the refused attempt in one line, the whole error folded under it
+    assert "<details><summary>the whole error</summary>" in d.answer
+    assert "ValidationError" not in d.answer.split("<details>")[0]
 
 
 def test_cli_export_writes_every_diagram(tmp_path):

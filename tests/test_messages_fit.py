@@ -36,3 +36,16 @@ def test_a_trace_without_a_skeleton_says_so():
 def test_the_legend_has_no_struck_through_example():
     note = stream_note({"provenance": {"model_name": "da-tiny-tags"}}, {})
     assert "line-through" not in note and "&lt;focus C6" not in note
+
+
+def test_an_engine_error_in_one_line():
+    from da_lab_widgets.skeleton_answers import one_line
+
+    err = ("ValidationError: 1 validation error for ModelConfig\n  Value error, torch.float32 "
+           "is not supported for quantization method fp8 [type=value_error, input_value="
+           "ArgsKwargs(()), input_type=ArgsKwargs]\n    For further information visit "
+           "https://errors.pydantic.dev/2.11/v/value_error")
+    assert one_line(err) == "torch.float32 is not supported for quantization method fp8"
+    chain = "RuntimeError: Engine core initialization failed\n  caused by OSError: no file x\n"
+    assert one_line(chain) == "OSError: no file x"
+    assert one_line("") == "no message"
