@@ -95,11 +95,18 @@ on_ask()'''),]
 def _ablation() -> list:
     """The result read from code, and a wrong tag forced live."""
     return [
-        md("The same from code: step to the end, then read what it wrote and what the kernel "
-           "read at the last step."),
-        code('''player, rid = state["player"], state["rid"]
+        md("**Predict, then run.** Read the example's question and its documents above: "
+           "which tag will the model write, `<focus Ck>` naming which document (or `<local>` "
+           "if none is needed)? Type it, run the cell: it steps to the end and compares with "
+           "the tag the hook trapped."),
+        code('''PREDICT = None          # e.g. "<focus C2>"
+from da_lab.predict import check
+
+player, rid = state["player"], state["rid"]
 while player.step():
     pass
+trapped = [e["text"] for e in lab.request_state(rid).events if e["kind"] == "tag_trapped"]
+check(PREDICT, trapped[0] if trapped else "(no tag)", "the tag it wrote")
 last = [q for rec in state["source"].records for q in rec.requests
         if q.req == rid and q.hooked][-1]
 print("reply:", nl_demo.reply(lab.requests[rid]["text"]))

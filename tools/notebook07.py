@@ -87,8 +87,20 @@ diagrams = [DAHookDiagram(source.header, highlight, req=rid),
             MetadataPathDiagram(source.header, highlight)]
 player = Player(source, diagrams)
 player.widget'''),
-        code('''for _ in range(10):
-    player.step()
+        md("**Predict, then run.** Each question's prompt is a scaffold, 12 one-block chunks "
+           "and a question; the model names one chunk. After its tag, how many blocks does "
+           "the kernel read per step for the request followed? Type a number, run the cell "
+           "(the trace's records answer)."),
+        code('''PREDICT = None          # a number
+from da_lab.predict import check
+
+after = [q.blocks_read for rec in source.records for q in rec.requests
+         if q.req == rid and q.hooked and q.mode == "focus"]
+check(PREDICT, after[0] if after else "(no FOCUS step)", f"the blocks {rid} read after its tag",
+      f"then {after[-1]} at its last step: its response grew" if after and after[-1] != after[0]
+      else "")
+while (player.i or 0) < 10 and player.step():
+    pass
 rec = source.records[player.i]
 print(f"step {rec.step}: " + ", ".join(f"{q.req} {q.mode} {q.blocks_read}/{q.blocks_total}"
                                        for q in rec.requests))'''),
