@@ -250,7 +250,7 @@ def variant_home(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_sliding_window_variant_runs_a_real_engine(tiny_model, variant_home, trace):
+def test_sliding_window_variant_runs_a_real_engine(tiny_model, variant_home, trace, page):
     res = introspect_variant(tiny_model, "sliding_window", refresh=True)
     assert res["ok"] and not res["cached"], res.get("error")
     sk = res["skeleton"]
@@ -278,6 +278,18 @@ def test_sliding_window_variant_runs_a_real_engine(tiny_model, variant_home, tra
     assert "drawn above" in d.status
     d.on_message("variant", {"kind": "own"})
     assert d.view is None and d.panel()["view"] is None
+    # in the page: the answer redraws diagram 1 from the variant's skeleton, "own" draws the run's
+    d1 = '[data-da-diagram="1"]'
+    before = _svg_text(page, 1)
+    d.answer_variant("sliding_window")
+    page.evaluate("(p) => daLab.session.message({type: 'state', panel: p})", d.panel())
+    assert page.get_attribute(d1, "data-da-drawing") == "variant"
+    assert "sliding-window model" in page.inner_text(f"{d1} .da-title")
+    assert _svg_text(page, 1) != before and "window 64" in _svg_text(page, 1)
+    assert page.is_visible(f"{d1} [data-da-variant=own]")
+    page.evaluate("(p) => daLab.session.message({type: 'state', panel: p})",
+                  {"status": "", "answer": "", "view": None})
+    assert page.get_attribute(d1, "data-da-drawing") == "run" and _svg_text(page, 1) == before
 
 
 def test_quantized_variant_runs_a_real_engine(tiny_model, variant_home, trace):
