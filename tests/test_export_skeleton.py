@@ -332,3 +332,25 @@ def test_cli_export_writes_every_diagram(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     names = sorted(p.name for p in (tmp_path / "x").iterdir())
     assert len(names) == 10 and "4_da_hook.png" in names and "blocks_read.svg" in names
+
+
+def test_diagram_2_draws_host_and_device_memory_and_the_commit(page, browser, tmp_path):
+    """CPU run: one memory, commit() copies nothing; an H200 run: host RAM above, GPU HBM
+    below, commit() the copy between them."""
+    d2 = '[data-da-diagram="2"]'
+    page.evaluate("daLab.goto(1)")
+    assert page.locator(f"{d2} rect[data-memory=host]").count() == 1
+    assert page.locator(f"{d2} rect[data-memory=device]").count() == 1
+    assert "commit() copies nothing" in page.text_content(f"{d2} text[data-memory=note]")
+    gpu = open_page(browser, write_page(ROOT / "traces" / "h200_tiny_seed.jsonl.gz",
+                                        tmp_path / "gpu.html", eager=True), width=966,
+                    height=768)
+    gpu.evaluate("daLab.goto(1)")
+    note = gpu.text_content(f"{d2} text[data-memory=note]")
+    assert "host → device" in note and "GPU HBM" in note
+    fills = gpu.evaluate(f"[...document.querySelectorAll('{d2} rect[data-memory]')]"
+                         ".map(r => r.getAttribute('fill'))")
+    assert len(set(fills)) == 2          # two memories, drawn apart
+    assert gpu.errors == []
+    gpu.close()
+
