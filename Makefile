@@ -66,7 +66,8 @@ test: install
 	$(BIN)/python -m pytest tests
 
 # The inner loop: the unit tier and the core engine tests (markers from tests/conftest.py;
-# `pytest -m serve`, `-m browser`, `-m engine`, `--nbmake notebooks` run the other tiers).
+# `pytest -m serve`, `-m browser`, `-m engine` run the other tiers; the notebooks are in the
+# browser tier, `--nbmake notebooks` still runs them headless).
 test-fast: install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -m fast tests

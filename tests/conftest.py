@@ -56,7 +56,7 @@ TIERS = {
              "test_vllm_manifests", "test_nl_task", "test_eval_prompts", "test_eval_notebook",
              "test_packets", "test_bundle", "test_interfaces", "test_serve_units",
              "test_hook_state", "test_torch_source", "test_env_child",
-             "test_lab_files"],
+             "test_lab_files", "test_predict", "test_messages_fit"],
     "engine": ["test_engine", "test_kvmap", "test_lab_trace", "test_steering", "test_refusals",
                "test_reliability", "test_selfcheck", "test_tp_cpu", "test_cli_messages",
                "test_bench", "test_eval_ablations", "test_eval_prompts_engine",
