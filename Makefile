@@ -59,12 +59,15 @@ lab: install lab-files
 	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 # ruff first: a lint error fails fast, before the 15 minutes of engine and browser tests.
+# The notebooks run in JupyterLab, Run All twice each (tests/test_notebooks_browser.py), which
+# fails on any error or stderr block: nbmake running them once more would add minutes only.
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest --nbmake tests notebooks
+	$(BIN)/python -m pytest tests
 
 # The inner loop: the unit tier and the core engine tests (markers from tests/conftest.py;
-# `pytest -m serve`, `-m browser`, `-m engine`, `--nbmake notebooks` run the other tiers).
+# `pytest -m serve`, `-m browser`, `-m engine` run the other tiers; the notebooks are in the
+# browser tier, `--nbmake notebooks` still runs them headless).
 test-fast: install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -m fast tests

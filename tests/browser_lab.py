@@ -227,3 +227,34 @@ LAYOUT_JS = """(sel) => [...document.querySelectorAll(sel)].map(root => {
 
 def layout(page, selector: str) -> list[dict]:
     return page.evaluate(LAYOUT_JS, selector)
+
+
+# ---- Run All, as a teacher presses it --------------------------------------------------------
+
+RUN_STATE_JS = """() => { const p = window.jupyterapp.shell.currentWidget;
+    const cells = p.content.widgets.filter(c => c.model.type === 'code');
+    const k = p.sessionContext.session && p.sessionContext.session.kernel;
+    const red = [...p.node.querySelectorAll(
+        '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')];
+    return {counts: cells.map(c => c.model.executionCount),
+            running: cells.filter(c => (c.node.querySelector('.jp-InputPrompt') || {})
+                .textContent?.includes('*')).length,
+            idle: !!k && k.status === 'idle',
+            stderr: red.map(e => e.innerText.slice(-1500))}; }"""
+
+
+def run_all(page, timeout_s: float = 900) -> dict:
+    """Press Run All and wait until every code cell ran again (its execution count above every
+    count before) and the kernel is idle, or a stderr block (a traceback is one) appears.
+    Returns the last state: counts, running, idle, stderr (each block's text) and seconds."""
+    before = max([c or 0 for c in page.evaluate(RUN_STATE_JS)["counts"]] + [0])
+    t0 = time.monotonic()
+    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    while True:
+        page.wait_for_timeout(1000)
+        st = page.evaluate(RUN_STATE_JS)
+        done = all((c or 0) > before for c in st["counts"]) and st["idle"] and not st["running"]
+        if done or st["stderr"] or time.monotonic() - t0 > timeout_s:
+            st["seconds"] = round(time.monotonic() - t0, 1)
+            st["done"] = done
+            return st

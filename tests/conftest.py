@@ -56,15 +56,16 @@ TIERS = {
              "test_vllm_manifests", "test_nl_task", "test_eval_prompts", "test_eval_notebook",
              "test_packets", "test_bundle", "test_interfaces", "test_serve_units",
              "test_hook_state", "test_torch_source", "test_env_child",
-             "test_lab_files"],
+             "test_lab_files", "test_predict", "test_messages_fit"],
     "engine": ["test_engine", "test_kvmap", "test_lab_trace", "test_steering", "test_refusals",
                "test_reliability", "test_selfcheck", "test_tp_cpu", "test_cli_messages",
                "test_bench", "test_eval_ablations", "test_eval_prompts_engine",
                "test_eval_smollm2", "test_smollm2", "test_finetune_smollm2",
-               "test_task_train_eval", "test_quiet", "test_validation", "test_oracle_refs"],
+               "test_task_train_eval", "test_quiet", "test_validation", "test_oracle_refs",
+               "test_one_lab"],
     "serve": ["test_serve", "test_serve_hostile", "test_serve_refused"],
     "browser": ["test_browser", "test_page", "test_widgets", "test_export_skeleton",
-                "test_export_steps", "test_first_cell"],
+                "test_export_steps", "test_first_cell", "test_notebooks_browser"],
 }
 # The engine tests the inner loop keeps: the hook against the oracle, steering, the KV map and
 # the trace a Lab writes.
@@ -87,3 +88,30 @@ def pytest_collection_modifyitems(config, items):
             if tier == "unit" or (path.stem in CORE_ENGINE
                                   and item.originalname not in NOT_FAST):
                 item.add_marker("fast")
+
+
+@pytest.fixture(scope="session")
+def jupyter(tmp_path_factory):
+    """One JupyterLab (make lab's flags, the learner's default model) on copies of every
+    notebook, and one headless Chromium, for every browser test of the session. The copies
+    sit in work/ beside links to traces/ and bench/, so their ../traces paths resolve."""
+    import shutil
+
+    from browser_lab import ROOT, Server, launch
+    from playwright.sync_api import sync_playwright
+
+    base = tmp_path_factory.mktemp("lab")
+    work = base / "work"
+    work.mkdir()
+    for name in ("traces", "bench"):
+        (base / name).symlink_to(ROOT / name)
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        shutil.copy(nb, work / nb.name)
+    server = Server(work, model=None)
+    try:
+        with sync_playwright() as p:
+            browser = launch(p)
+            yield server, browser
+            browser.close()
+    finally:
+        server.stop()

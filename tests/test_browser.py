@@ -9,17 +9,14 @@ printed at the end of the run.
 
 from __future__ import annotations
 
-import shutil
 import time
 
 import pytest
 from browser_lab import (
     PLAYER,
     ROOT,
-    Server,
     code_cells,
     drawn,
-    launch,
     layout,
     open_notebook,
     player_state,
@@ -44,20 +41,10 @@ shots: list[str] = []
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory, request):
-    work = tmp_path_factory.mktemp("lab") / "work"
-    work.mkdir()
-    for name in (TOUR, HOOK):
-        shutil.copy(ROOT / "notebooks" / name, work / name)
+def lab(jupyter, request):
+    """The session's JupyterLab and Chromium (conftest.jupyter)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    server = Server(work, model=None)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = launch(p)
-        yield server, browser
-        browser.close()
-    server.stop()
+    yield jupyter
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     with capture.global_and_fixture_disabled():     # printed even when the tests pass
         print("", *(f"browser screenshot: {s}" for s in shots), sep="\n")
@@ -193,6 +180,8 @@ def test_tour_draws_every_diagram_plays_scrubs_and_pulses(lab):
     page.mouse.move(2, 2)
     _wait(page, "() => document.querySelectorAll('.da-pulse').length === 0", None, 10,
           "the pulse gone once the mouse left")
+    assert f"block {p}:" not in drawn(page, 2)["text"], "the hover label stayed"
+    assert f"physical block {p}:" not in drawn(page, 3)["text"], "diagram 3's label stayed"
     # scrub back to the first step: every diagram shows it, nothing from later steps
     page.locator(ACTION.format("scrub")).first.scroll_into_view_if_needed()
     page.evaluate("(sel) => { const s = document.querySelector(sel); s.value = 0;"
@@ -233,6 +222,12 @@ def test_da_hook_steer_while_playing_step_back_and_a_second_tab(lab):
           STATUS, 60, "the kernel taking the LOCAL press")
     _wait(page, "(sel) => document.querySelector(sel).innerText.includes('<local>')", STREAM,
           180, "the LOCAL tag in the stream")
+    # the stream follows the newest token: the last token's box inside the stream's box
+    box = page.evaluate("""(sel) => { const b = document.querySelector(sel);
+        const n = [...b.querySelectorAll('.da-new')].pop(); if (!n) return null;
+        const r = n.getBoundingClientRect(), o = b.getBoundingClientRect();
+        return [r.top >= o.top - 1, r.bottom <= o.bottom + 1]; }""", STREAM)
+    assert box == [True, True], f"the newest token is outside the stream box: {box}"
     _wait(page, "(top) => { const e = document.querySelector('[data-da-diagram=\"4\"] "
           "[data-series=read]'); const y = e ? e.dataset.y.split(',').map(Number) : [];"
           " return y.length && y[y.length - 1] < top; }", read[-1], 180,

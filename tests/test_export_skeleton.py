@@ -250,7 +250,7 @@ def variant_home(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_sliding_window_variant_runs_a_real_engine(tiny_model, variant_home, trace):
+def test_sliding_window_variant_runs_a_real_engine(tiny_model, variant_home, trace, page):
     res = introspect_variant(tiny_model, "sliding_window", refresh=True)
     assert res["ok"] and not res["cached"], res.get("error")
     sk = res["skeleton"]
@@ -270,7 +270,26 @@ def test_sliding_window_variant_runs_a_real_engine(tiny_model, variant_home, tra
     d = SkeletonDiagram(trace.header, Highlight(), model_path=tiny_model)
     d.answer_variant("sliding_window")
     assert "sliding window 64" in d.answer and "SlidingWindowSpec" in d.answer
-    assert "cached result" in d.status and d.panel() == {"status": d.status, "answer": d.answer}
+    assert "cached result" in d.status and d.panel() == {"status": d.status, "answer": d.answer,
+                                                         "view": d.view}
+    # the variant's skeleton is drawn in place of the run's; "own" goes back
+    own = SkeletonDiagram.drawing(trace.header["skeleton"], trace.header["provenance"])
+    assert d.view["title"][0][0] == "sliding-window model" and d.view["rows"] != own["rows"]
+    assert "drawn above" in d.status
+    d.on_message("variant", {"kind": "own"})
+    assert d.view is None and d.panel()["view"] is None
+    # in the page: the answer redraws diagram 1 from the variant's skeleton, "own" draws the run's
+    d1 = '[data-da-diagram="1"]'
+    before = _svg_text(page, 1)
+    d.answer_variant("sliding_window")
+    page.evaluate("(p) => daLab.session.message({type: 'state', panel: p})", d.panel())
+    assert page.get_attribute(d1, "data-da-drawing") == "variant"
+    assert "sliding-window model" in page.inner_text(f"{d1} .da-title")
+    assert _svg_text(page, 1) != before and "window 64" in _svg_text(page, 1)
+    assert page.is_visible(f"{d1} [data-da-variant=own]")
+    page.evaluate("(p) => daLab.session.message({type: 'state', panel: p})",
+                  {"status": "", "answer": "", "view": None})
+    assert page.get_attribute(d1, "data-da-drawing") == "run" and _svg_text(page, 1) == before
 
 
 def test_quantized_variant_runs_a_real_engine(tiny_model, variant_home, trace):
@@ -297,6 +316,9 @@ def test_quantized_variant_runs_a_real_engine(tiny_model, variant_home, trace):
     d.answer_variant("quantized")
     assert "Fp8PtpcOnlineLinearMethod" in d.answer
     assert "float32 is not supported" in d.answer
+    # the refused attempt in one line, the whole error folded under it
+    assert "<details><summary>the whole error</summary>" in d.answer
+    assert "ValidationError" not in d.answer.split("<details>")[0]
 
 
 def test_cli_export_writes_every_diagram(tmp_path):
@@ -310,3 +332,25 @@ def test_cli_export_writes_every_diagram(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     names = sorted(p.name for p in (tmp_path / "x").iterdir())
     assert len(names) == 10 and "4_da_hook.png" in names and "blocks_read.svg" in names
+
+
+def test_diagram_2_draws_host_and_device_memory_and_the_commit(page, browser, tmp_path):
+    """CPU run: one memory, commit() copies nothing; an H200 run: host RAM above, GPU HBM
+    below, commit() the copy between them."""
+    d2 = '[data-da-diagram="2"]'
+    page.evaluate("daLab.goto(1)")
+    assert page.locator(f"{d2} rect[data-memory=host]").count() == 1
+    assert page.locator(f"{d2} rect[data-memory=device]").count() == 1
+    assert "commit() copies nothing" in page.text_content(f"{d2} text[data-memory=note]")
+    gpu = open_page(browser, write_page(ROOT / "traces" / "h200_tiny_seed.jsonl.gz",
+                                        tmp_path / "gpu.html", eager=True), width=966,
+                    height=768)
+    gpu.evaluate("daLab.goto(1)")
+    note = gpu.text_content(f"{d2} text[data-memory=note]")
+    assert "host → device" in note and "GPU HBM" in note
+    fills = gpu.evaluate(f"[...document.querySelectorAll('{d2} rect[data-memory]')]"
+                         ".map(r => r.getAttribute('fill'))")
+    assert len(set(fills)) == 2          # two memories, drawn apart
+    assert gpu.errors == []
+    gpu.close()
+

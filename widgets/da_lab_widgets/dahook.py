@@ -70,6 +70,8 @@ class DAHookDiagram:
         if self.lab is None:
             return {}
         req = self._followed(records)
+        self.steering.can_add = bool(getattr(getattr(self.player, "source", None), "can_add",
+                                             False))
         self.steering.bind(records, req)
         out = {"steer": self.steering.state()}
         if full or req != self._noted:

@@ -8,7 +8,7 @@ travels the boxes carrying the step's real values (the step record's); the stage
 vLLM's.
 
 Why the hook sits at the builder's build() call and not between append_row() and commit(), as
-the seed picture drew it: on CPU the staging row *is* the device row (commit copies nothing),
+a first sketch drew it: on CPU the staging row *is* the device row (commit copies nothing),
 so editing it would corrupt the persistent block table; and slot_mapping, computed from the
 committed row, must keep the full row so KV writes land where they always do. The hook hands
 build() a copy with compacted rows and shortened seq_lens: only the reads change.
@@ -42,8 +42,10 @@ def impl_of(header: dict) -> tuple[str, str, int]:
             if s.get("slot") == "attention"]
     impls = sorted({s.get("impl") for s in attn if s.get("impl")})
     backends = sorted({s.get("backend") for s in attn if s.get("backend")})
-    backend = ", ".join(backends) or (header.get("provenance") or {}).get("backend") or "?"
-    return ", ".join(impls) or "?", backend, len(attn)
+    backend = (", ".join(backends) or (header.get("provenance") or {}).get("backend")
+               or "(backend not recorded)")
+    # a server's trace carries no skeleton: say so rather than print "?"
+    return ", ".join(impls) or "attention impl (not in this trace)", backend, len(attn)
 
 
 class MetadataPathDiagram:

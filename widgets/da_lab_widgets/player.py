@@ -76,6 +76,7 @@ class Player:
                      if getattr(d, "highlight", None) is not None), self.uid)
         return {"uid": self.uid, "kernel": kernel, "live": bool(src.live and kernel),
                 "can_add": bool(kernel and getattr(src, "can_add", False)),
+                "has_lab": getattr(src, "lab", None) is not None,
                 "speed": self.speed, "link": link,
                 "header": {"provenance": src.header.get("provenance") or {}},
                 "diagrams": [d.config(src.header, recs) for d in self.diagrams],
@@ -146,7 +147,7 @@ class Player:
         last = f"step {recs[-1].step}" if recs else "its start"
         add = ("Press “new request” to add one and keep playing, or drag the slider back."
                if getattr(self.source, "can_add", False)
-               else "Add a request to the Lab, then ▶; or drag the slider back.")
+               else "Add a request to the Lab in a cell, then ▶; or drag the slider back.")
         return f"finished: no request is running any more (the last ended at {last}). {add}"
 
     # ---- new requests --------------------------------------------------------------------

@@ -20,7 +20,7 @@ import re
 import threading
 from pathlib import Path
 
-from .skeleton_answers import html_one_backend, html_variant
+from .skeleton_answers import html_one_backend, html_variant, one_line
 from .skeleton_view import (
     ROLE_ORDER,
     SECTION_ORDER,
@@ -130,6 +130,7 @@ class SkeletonDiagram:
         self.variant_engine = variant_engine
         self.status = ""          # what the last button press is doing
         self.answer = ""          # its answer (HTML made here, from escaped values)
+        self.view: dict | None = None   # a variant's skeleton drawn instead (None: this run's)
         self.player = None
         self._thread: threading.Thread | None = None
 
@@ -137,15 +138,20 @@ class SkeletonDiagram:
         self.player = player
 
     def config(self, header: dict, records: list) -> dict:
-        vm = view_model(self.skeleton)
-        title, cap = caption(self.skeleton, self.provenance, vm)
-        impls = sorted({k[1] for k in attention_backends(self.skeleton) if k[1]})
-        n_attn = sum(s.get("slot") == "attention" for s in self.skeleton["slots"])
-        return {"kind": 1, **vm, "title": title, "caption": cap, "impls": impls,
-                "n_attn": n_attn, "variants": VARIANTS, "panel": self.panel()}
+        return {"kind": 1, **self.drawing(self.skeleton, self.provenance),
+                "variants": VARIANTS, "panel": self.panel()}
+
+    @staticmethod
+    def drawing(skeleton: dict, provenance: dict) -> dict:
+        """What skeleton.js draws for `skeleton`: its rows and groups, title, caption."""
+        vm = view_model(skeleton)
+        title, cap = caption(skeleton, provenance, vm)
+        impls = sorted({k[1] for k in attention_backends(skeleton) if k[1]})
+        n_attn = sum(s.get("slot") == "attention" for s in skeleton["slots"])
+        return {**vm, "title": title, "caption": cap, "impls": impls, "n_attn": n_attn}
 
     def panel(self) -> dict:
-        return {"status": self.status, "answer": self.answer}
+        return {"status": self.status, "answer": self.answer, "view": self.view}
 
     def _say(self, status: str | None = None, answer: str | None = None) -> None:
         if status is not None:
@@ -159,7 +165,10 @@ class SkeletonDiagram:
         if kind != "variant":
             return False
         which = content.get("kind")
-        if which == "one_backend":
+        if which == "own":                  # back to this run's skeleton
+            self.view = None
+            self._say("", "")
+        elif which == "one_backend":
             self.answer_one_backend()
         elif which in VARIANTS:
             self._start_variant(which)
@@ -176,16 +185,25 @@ class SkeletonDiagram:
         from da_lab.engine.variants import introspect_variant
 
         run = self.variant_engine or introspect_variant
-        self._say(f"running a real engine… stock vLLM on the {KINDS[kind]['title']} in a "
-                  "subprocess (about 20 s; instant next time)")
+        title = KINDS[kind]["title"]
+        self._say(f"running a real engine… stock vLLM on the {title} in a subprocess (the "
+                  "answer says how long it took; cached after)")
         try:
             res = run(self.model_path if self.model_path and Path(self.model_path).exists()
                       else None, kind, refresh=refresh)
         except Exception as e:   # noqa: BLE001 - shown to the student, not swallowed
-            self._say(f"could not run the engine: {e}")
+            self._say(f"could not run the engine: {one_line(f'{type(e).__name__}: {e}')}")
             raise
         what = "cached result of a real engine run" if res.get("cached") else "real engine run"
-        self._say(f"{what}, {res.get('seconds')} s", html_variant(self.skeleton, res))
+        if res.get("skeleton"):
+            # draw the variant's skeleton in place of this run's, as its engine loaded it
+            self.view = self.drawing(res["skeleton"], {**self.provenance, "model_name": title,
+                                                         "vllm": res.get("vllm")})
+            self._say(f"{what}, {res.get('seconds')} s: the {title}'s skeleton drawn above",
+                      html_variant(self.skeleton, res))
+        else:
+            self._say(f"{what}, {res.get('seconds')} s: the {title} could not start here: "
+                      f"{one_line(res.get('error') or '')}", html_variant(self.skeleton, res))
         return res
 
     def _start_variant(self, kind: str) -> None:

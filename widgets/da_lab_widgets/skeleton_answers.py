@@ -79,10 +79,10 @@ def html_variant(base: dict, res: dict) -> str:
         if a["ok"]:
             parts.append(f"<p>✔ loaded with {esc(argtxt)}.</p>")
         else:
-            parts.append(f"<p>✘ vLLM refused {esc(argtxt)}:</p><pre style='white-space:"
-                         f"pre-wrap;font-size:11px'>{esc(a['error'] or '')}</pre>")
+            parts.append(f"<p>✘ vLLM refused {esc(argtxt)}: {esc(one_line(a['error'] or ''))}"
+                         f"</p>{_details(a['error'])}")
     if not res.get("attempts") and res.get("error"):
-        parts.append(f"<pre style='white-space:pre-wrap'>{esc(res['error'])}</pre>")
+        parts.append(f"<p>✘ {esc(one_line(res['error']))}</p>{_details(res['error'])}")
     sk = res.get("skeleton")
     if sk:
         diff = skeleton_diff(base, sk)
@@ -104,3 +104,22 @@ def html_variant(base: dict, res: dict) -> str:
     parts.append(f"<p>The DA hook's own precheck on this model: "
                  f"<b>{esc(str(res.get('da_hook')))}</b>.</p>")
     return "".join(parts)
+
+
+def _details(error: str | None) -> str:
+    """The whole error, folded away under its one line."""
+    if not error:
+        return ""
+    return ("<details><summary>the whole error</summary><pre style='white-space:pre-wrap;"
+            f"font-size:11px'>{html.escape(error)}</pre></details>")
+
+
+def one_line(error: str) -> str:
+    """The line of an engine error a reader can act on: pydantic's "Value error, ..." (vLLM
+    wraps config errors in a ValidationError), else the innermost cause's first line."""
+    for ln in error.splitlines():
+        ln = ln.strip()
+        if ln.lower().startswith("value error,"):
+            return ln[len("value error,"):].split(" [type=")[0].strip()
+    parts = [p for p in error.split("caused by ") if p.strip()] or [""]
+    return parts[-1].strip().splitlines()[0] if parts[-1].strip() else "no message"

@@ -19,7 +19,7 @@ from da_lab.core.tags import Directive, Mode, parse_tag, tag_text
 
 from .source import added_entry
 
-REPLAY = "replay: steering needs a live engine (LIVE = True in the first cell)"
+REPLAY = "a recording: steering needs a Lab running in this kernel"
 EARLIER = ("you are looking at step {shown}, the engine is at step {latest}: a tag is written "
            "at the engine's next token, so move the slider to the last step first")
 
@@ -39,6 +39,7 @@ class SteeringPanel:
         self.n_chunks = 0
         self.picked: tuple[int, ...] = ()
         self.status = ""              # the outcome of the last press (kept until the next)
+        self.can_add = False          # the player has a "+ new request" button
 
     # ---- following a request ---------------------------------------------------------------
     def bind(self, records: list, req: str | None) -> None:
@@ -66,8 +67,10 @@ class SteeringPanel:
             return "no request yet: add one, then step once"
         r = self.lab.requests.get(self.req)
         if r is None or r["finished"]:
+            add = ("“+ new request” in the player" if self.can_add
+                   else "lab.add_request in a cell, then a new Player")
             return (f"{self.req} has finished, and steering needs a running request: add "
-                    "one (“new request” beside ▶, or lab.add_request) and keep playing")
+                    f"one ({add}) and keep playing")
         return None
 
     def reasons(self) -> dict[str, str | None]:
@@ -135,9 +138,7 @@ def default_focus(added: dict, n_chunks: int) -> int:
 _LEGEND = (
     '<span style="background:#ffe066;border-radius:3px">&lt;tag&gt;</span> trapped: the hook '
     "caught it at '&gt;', and the mode changes the step after · "
-    '<span style="background:#ffd6d6;text-decoration:line-through">&lt;focus C6</span> '
-    "malformed: it never closed (a second '&lt;' came first, e.g. the director's tag cut into "
-    "one the model had begun), so it changed nothing · "
+    "struck through: a malformed tag (hover it: why it changed nothing) · "
     '<span style="border-bottom:2px dotted #ff5400">&lt;loc</span> being written (in the '
     "hook's tag buffer)")
 

@@ -69,9 +69,25 @@ export class BlocksDiagram extends Diagram {
     this.keyEl = s("g", {}, svg);
     this.svg.setAttribute("width", w);
     this.svg.setAttribute("height", gy + this.grid.height + 8);
+    this._memory(w, yb, yd, gy + this.grid.height + 8, cpu);
     const prov = this.run.header.provenance || {};
     this.caption.textContent = `(d) physical KV cache: ${this.run.numBlocks} blocks × `
       + `${this.run.blockSize} tokens — ${prov.vllm || ""}, ${prov.backend || ""}`;
+  }
+
+  // Where each row lives: host memory (the staged row, a numpy array) above, the device's
+  // (GPU HBM: the block table the kernel reads, the KV cache) below; commit() is the copy
+  // between them. On a CPU both are the same memory and commit() copies nothing.
+  _memory(w, yb, yd, bottom, cpu) {
+    const svg = this.svg, first = svg.firstChild;
+    const band = (y0, y1, fill, name) => svg.insertBefore(s("rect", {
+      x: 0, y: y0, width: w, height: y1 - y0, fill, "data-memory": name }), first);
+    band(0, yb + 4, "#f3f7fb", "host");
+    band(yd - 6, bottom, cpu ? "#f3f7fb" : "#fbf5ee", "device");
+    const say = cpu ? "CPU: host and device are the same memory; commit() copies nothing"
+      : "above: host (CPU RAM) · commit() copies host → device · below: GPU HBM";
+    s("text", { x: w - 12, y: yd - 9, "text-anchor": "end", "font-size": SMALL, fill: "#555",
+                "data-memory": "note", text: say }, svg);
   }
 
   follow(req) { this.req = req; this.view = null; this.rowsKey = null; }

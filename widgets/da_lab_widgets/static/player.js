@@ -224,10 +224,12 @@ export class Player {
     const n = this.run.length, last = this.run.steps[n - 1];
     if (!this.live) {
       this.note(`end of the recording (${n} steps): drag the slider back, or ▶ to watch it again`);
+    } else if (!this.session.cfg.has_lab) {
+      this.note("at the trace's last record: ▶ again reads what the server has written since");
     } else if (this.session.state.done) {
       const add = this.session.cfg.can_add
         ? "Press “new request” to add one and keep playing, or drag the slider back."
-        : "Add a request to the Lab, then ▶; or drag the slider back.";
+        : "Add a request to the Lab in a cell, then ▶; or drag the slider back.";
       this.note(`finished: no request is running any more (the last ended at step `
                 + `${last ? last.step : "–"}). ${add}`);
     } else {

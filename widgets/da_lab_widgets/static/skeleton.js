@@ -14,11 +14,14 @@ export class SkeletonDiagram extends Diagram {
   constructor(ctx) {
     super(1, "da-skeleton", ctx, 1400);
     const { el, cfg, session } = this;
-    const title = h("div", { class: "da-title" }, el);
-    for (const [t, st] of cfg.title) h(st === "b" ? "b" : "span", { text: t }, title);
+    this.titleEl = h("div", { class: "da-title" }, el);
     this.svg = s("svg", { class: "da-svg" }, el);
-    const cap = h("div", { class: "da-caption da-skeleton-caption" }, el);
-    for (const p of cfg.caption) h("div", { text: p }, cap);
+    this.capEl = h("div", { class: "da-caption da-skeleton-caption" }, el);
+    // this run's drawing; a variant's answer may draw its own in its place (_panel)
+    this.own = { rows: cfg.rows, groups: cfg.groups, title: cfg.title, caption: cfg.caption,
+                 impls: cfg.impls, n_attn: cfg.n_attn };
+    this.drawing = null;
+    this._words();
     const bar = h("div", { class: "da-buttons" }, el);
     this.buttons = {};
     for (const [kind, label] of Object.entries(cfg.variants)) {
@@ -27,6 +30,8 @@ export class SkeletonDiagram extends Diagram {
       if (!session.cfg.kernel) { b.disabled = true; b.title = "needs a running kernel: open the notebook"; }
       this.buttons[kind] = b;
     }
+    this.backB = h("button", { text: "back to this run's skeleton", "data-da-variant": "own",
+                               style: "display:none", on: { click: () => this._ask("own") } }, bar);
     this.status = h("div", { class: "da-caption", "data-da-part": "status" }, el);
     this.answer = h("div", { class: "da-answer", "data-da-part": "answer" }, el);
     this._panel(cfg.panel || {});
@@ -40,6 +45,20 @@ export class SkeletonDiagram extends Diagram {
   _panel(p) {
     this.status.textContent = p.status || "";
     this.answer.innerHTML = p.answer || "";     // made by skeleton_answers.py, values escaped
+    const want = p.view || null;
+    if (JSON.stringify(want) === JSON.stringify(this.drawing)) return;
+    this.drawing = want;
+    Object.assign(this.cfg, want || this.own);
+    this.el.dataset.daDrawing = want ? "variant" : "run";
+    this.backB.style.display = want ? "" : "none";
+    this._words();
+    if (this.width) { this.width = 0; this.fit(); }
+  }
+
+  _words() {
+    this.titleEl.replaceChildren();
+    for (const [t, st] of this.cfg.title) h(st === "b" ? "b" : "span", { text: t }, this.titleEl);
+    this.capEl.replaceChildren(...this.cfg.caption.map((p) => h("div", { text: p })));
   }
 
   layout(w) {

@@ -24,6 +24,8 @@ export function visible(text) {
 export class Lamps {
   constructor(parent) {
     this.el = h("div", { class: "da-lamps", title: "the mode the hook applied this step" }, parent);
+    // indicators, not buttons: a plain label first (the buttons are under "steer it yourself")
+    h("span", { class: "da-caption", text: "mode this step:" }, this.el);
     this.lamps = {};
     for (const m of MODES) {
       const w = h("span", { class: `da-lamp-wrap da-lamp-${m}`, "data-mode": m }, this.el);
@@ -70,6 +72,12 @@ export class TagBuffer {
 }
 
 // The response so far, with the marks: trapped tags, malformed ones, the tag being written.
+const TITLES = {
+  tag_trapped: "trapped: the hook caught it at '>'; the mode changes the step after",
+  malformed_tag: "malformed: it never closed (a second '<' came first, e.g. the director's tag "
+    + "cut into one the model had begun), so it changed nothing",
+  pending: "being written: in the hook's tag buffer",
+};
 export function streamHtml(text, tags, i, prevEnd, buf) {
   const marks = tags.filter(([k, a, b]) => k <= i && b > a).map(([, a, b, kind]) => [a, b, kind]);
   if (buf && text.slice(0, prevEnd).endsWith(buf)) marks.push([prevEnd - buf.length, prevEnd, "pending"]);
@@ -77,7 +85,8 @@ export function streamHtml(text, tags, i, prevEnd, buf) {
   let out = "", at = 0;
   for (const [a, b, kind] of marks) {
     if (a < at) continue;
-    out += piece(text, at, a, prevEnd) + `<span class="da-${kind}">${visible(text.slice(a, b))}</span>`;
+    const title = TITLES[kind] ? ` title="${TITLES[kind]}"` : "";
+    out += piece(text, at, a, prevEnd) + `<span class="da-${kind}"${title}>${visible(text.slice(a, b))}</span>`;
     at = b;
   }
   return out + piece(text, at, text.length, prevEnd);
@@ -114,7 +123,7 @@ export class Steering {
     if (st && st.picked && !this.fromKernel) { this.picked = new Set(st.picked); this.fromKernel = true; }
     this.picked ??= new Set();
     if (this.chips.childElementCount !== names.length + 1) {
-      this.chips.replaceChildren(h("span", { text: "focus on:" }));
+      this.chips.replaceChildren(h("span", { text: "focus on (tick one or more):" }));
       for (const [k, name] of names.entries()) {
         const chip = h("label", { class: "da-chip" }, this.chips);
         const box = h("input", { type: "checkbox", value: k + 1, "data-da-chunk": k + 1,
@@ -124,7 +133,7 @@ export class Steering {
     }
     for (const b of this.chips.querySelectorAll("input")) b.checked = this.picked.has(Number(b.value));
     let why = null;
-    if (!this.live) why = "replay: steering needs a live engine (LIVE = True in the first cell)";
+    if (!this.live) why = "a recording: steering needs a Lab running in this kernel";
     else if (!st) why = "waiting for the kernel";
     else if (st.why) why = st.why;
     else if (!atEnd) {

@@ -1,0 +1,105 @@
+"""Notebook 04's cells (the DA hook animated and steered; where a decode step's time goes, on
+this CPU and on the committed H200 run), written by tools/make_notebooks.py like every
+notebook; kept here so that file stays small."""
+
+import nbformat as nbf
+
+md, code = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
+
+
+def _hook(source) -> list:
+    """The player over diagrams 4 and 2, steered live."""
+    return [
+
+        md("# 4 · The DA hook, animated\n\nThe response streams in; the tag buffer fills and "
+           "traps at `>`; the GLOBAL / FOCUS / LOCAL lamps follow; the row shows which blocks "
+           "the kernel reads. The model (`da-tiny-tags`) writes its own `<focus Ck>`, then the "
+           "answer; the note under the stream says what the rest of its text is.\n\n"
+           "**Steer it yourself** while it plays: a button makes the live engine write that tag "
+           "into the model's own output from its next token; the hook traps it at `>` and the "
+           "blocks read change the step after. A button that can't do anything now (the mode "
+           "is already that, the request has finished, you are looking at an earlier step) is "
+           "greyed out and the reason is shown. Try FOCUS on a chunk that does not hold the "
+           "answer, and watch what the model copies next."),
+        source,
+        code('''from da_lab_widgets import BlocksDiagram, DAHookDiagram
+
+hook = DAHookDiagram(source.header, highlight, lab=lab)
+blocks = BlocksDiagram(source.header, highlight)
+player = Player(source, [hook, blocks])
+player.widget'''),
+    ]
+
+
+def _speed() -> list:
+    """Where a step's time goes: measured here, now; the H200 run from its file."""
+    return [
+        md("## Where a step's time goes\nThe same tiny model at ~5,400 tokens of context, in "
+           "a separate process: decode steps timed under GLOBAL, then under `<focus C3>`, on "
+           "this machine, now; ten steps of each run under torch's profiler, which says how "
+           "much of a step the attention kernel is."),
+        code('''import os, time
+from da_lab.bench.speed import measure
+
+# This kernel's live engine keeps running; the speed run starts its own (a bigger KV cache).
+t0, load0 = time.perf_counter(), os.getloadavg()[0]
+speed = measure(chunk_blocks=14, steps=60)
+print(f"measured in {time.perf_counter() - t0:.0f} s on {os.cpu_count()} CPUs, load average "
+      f"{load0:.1f} -> {os.getloadavg()[0]:.1f}")
+g = speed["modes"]["global"]
+print(f"{speed['context_tokens']} prompt tokens: 1 block of scaffold, 12 chunks of 14 blocks, "
+      f"1 of question, then the response; GLOBAL read {g['blocks_read'][-1]} blocks at its "
+      "last step")'''),
+        md("**Predict, then run.** Under `<focus C3>` the kernel reads the scaffold, chunk C3 "
+           "and the question, and the response. How many blocks did it read at its last step? "
+           "Type your number, run the cell."),
+        code('''PREDICT = None          # your number
+import statistics
+import plotly.graph_objects as go
+from da_lab.predict import check
+
+f = speed["modes"]["focus"]
+check(PREDICT, f["blocks_read"][-1], "the blocks FOCUS read at its last step",
+      f"GLOBAL's {g['blocks_read'][-1]} less the 11 hidden chunks of 14")
+for k, m in speed["modes"].items():
+    p = m["profile"]
+    print(f"{k:>6}: {m['blocks_read'][-1]:>3} blocks read, median step "
+          f"{statistics.median(m['step_ms']):.2f} ms | profiled: attention {p['attention_ms']:.2f}"
+          f" of {p['step_ms']:.2f} ms ({p['attention_share']:.0%}), all torch ops "
+          f"{p['torch_ops_ms']:.2f} ms, the rest Python (scheduling, the hook, sampling)")
+fig = go.Figure([go.Scatter(y=m["step_ms"], name=f"{k}: {m['blocks_read'][-1]} blocks read")
+                 for k, m in speed["modes"].items()])
+fig.update_layout(title=f"decode step time at {speed['context_tokens']} tokens ({speed['engine']})",
+                  xaxis_title="decode step", yaxis_title="ms", height=350)
+fig.show()'''),
+        md("For this 3M-parameter model the attention kernel is a small part of a step, so "
+           "reading fewer blocks saves only that part (the committed run: "
+           "`bench/results/speed-cpu-2026-12-02.json`, 2 CPU cores at load 1.2). On a GPU with "
+           "a real model at long context, attention is most of a step; the committed H200 run "
+           "(`da-lab bench`, the command below, vLLM 0.26, an 8B-shaped Llama, 64k tokens, "
+           "batch 8):"),
+        code('''import json
+
+h200 = json.load(open("../bench/results/bench-64k-b8-2026-11-30.json"))
+rows = {r["mode"]: r for r in h200["rows"]}
+for k in ("global", "focus"):
+    r = rows[k]
+    attn, step = r["attn_ms_per_step"], r["step_ms"]
+    print(f"{k:>6}: {r['kv_blocks_read_per_step']:>7.0f} blocks read a step, step {step:.1f} ms,"
+          f" attention {attn:.1f} ms ({attn / step:.0%}), {r['decode_tok_s']:.0f} tokens/s")
+print(f"FOCUS decodes {h200['ratios'][0]['focus/global']}x as fast as GLOBAL "
+      f"({h200['device']}, {h200['vllm']}, {h200['date'][:10]})")
+print("on a GPU, measure it yourself:", h200["command"].split(" --out")[0])'''),
+        md("## What you can now explain\n"
+           "- How a tag in the output becomes a shorter block-table row for the kernel.\n"
+           "- Why FOCUS keeps the scaffold, the named chunks and the response, and LOCAL only "
+           "the scaffold and the response.\n"
+           "- Why reading fewer blocks speeds a step only by the attention kernel's share of "
+           "it: small for the tiny model on a CPU, most of a step at 64k tokens on an H200."),
+            ]
+
+
+def cells(source, close) -> list:
+    """Every cell of notebooks/04_da_hook.ipynb; `source` is the shared first code cell and
+    `close` the shared closing one."""
+    return [*_hook(source), *_speed(), close]

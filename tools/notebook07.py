@@ -1,0 +1,116 @@
+"""Notebook 07's cells (DA inside `vllm serve`: start the server, ask it, its metrics, the
+diagrams over its trace, stop it), written by tools/make_notebooks.py like every notebook;
+kept here so that file stays small."""
+
+import nbformat as nbf
+
+md, code = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
+
+SERVER_START = code('''# Start `da-lab serve` in the background (the embedded model that writes
+# its own tags): three processes, the API server, the engine core and the worker where the
+# hook runs. DA_LAB_TRACE: the worker records its steps there. The last line says how long the
+# start took here, and how busy the machine was.
+import atexit, os, re, signal, subprocess, sys, tempfile, time
+from pathlib import Path
+
+WORK = Path(tempfile.mkdtemp(prefix="da-lab-serve-"))
+TRACE, LOG = WORK / "server_trace.jsonl.gz", WORK / "server.log"
+log = open(LOG, "w")
+server = subprocess.Popen([sys.executable, "-m", "da_lab.cli", "serve", "--port", "0",
+                           "--num-gpu-blocks-override", "96", "--max-model-len", "2048"],
+                          env=dict(os.environ, DA_LAB_TRACE=str(TRACE)), stdout=log,
+                          stderr=subprocess.STDOUT, start_new_session=True)
+atexit.register(lambda: server.poll() is None and os.killpg(server.pid, signal.SIGTERM))
+url, t0, load0 = None, time.perf_counter(), os.getloadavg()[0]
+for _ in range(600):
+    m = re.search(r"serving .* at (http://\\S+)/v1", LOG.read_text())
+    if m:
+        url = m.group(1)
+        break
+    if server.poll() is not None:
+        raise RuntimeError(LOG.read_text()[-3000:])
+    time.sleep(1)
+print(f"server at {url}: started in {time.perf_counter() - t0:.0f} s on {os.cpu_count()} "
+      f"CPUs, load average {load0:.1f} -> {os.getloadavg()[0]:.1f}")''')
+
+
+def cells() -> list:
+    """Every cell of notebooks/07_server.ipynb."""
+    return [
+        md("# 7 · DA inside `vllm serve`\n\nThe same hook, in vLLM's OpenAI server: "
+           "`da-lab serve` starts it with da_lab's plugins, a client sends DA prompts over HTTP "
+           "(the layout travels in `vllm_xargs`), and the server records the hook's steps to a "
+           "trace that the diagrams follow while it grows."),
+        SERVER_START,
+        md("Three held-out questions of the tiny model's task, sent at once. The client builds "
+           "each DA prompt with the server's tokenizer (chunks padded to whole blocks), sends "
+           "the token ids and the layout, streams the reply, then asks the server for the "
+           "request's DA stats."),
+        code('''from concurrent.futures import ThreadPoolExecutor
+from da_lab.client import DAClient
+from da_lab.training.task import held_out
+
+client = DAClient(url)
+samples = held_out(3)
+
+def ask(s):
+    question = s.prompt.tail.removeprefix(" Question: ").removesuffix(" Answer:")
+    return client.ask(list(s.prompt.chunks), question, max_tokens=12)
+
+with ThreadPoolExecutor(3) as ex:
+    replies = list(ex.map(ask, samples))
+for s, r in zip(samples, replies):
+    print(f"{r.text!r:32} tags {r.tags}  expected {s.tag} {s.answer!r}  "
+          f"blocks read {r.stats['blocks_read']} of {r.stats['blocks_total']}")'''),
+        md("The server's own numbers: the `da_lab:` series on `/metrics`, beside vLLM's."),
+        code('''import httpx
+lines = httpx.get(url + "/metrics").text.splitlines()
+print("\\n".join(x for x in lines if x.startswith("da_lab:") and "_bucket" not in x))'''),
+        md("Diagrams 2–4 from the server's trace (a recording: no steering, no new request "
+           "button; the server's header has no skeleton). `follow=True`: stepping past the "
+           "last record reads what the server appended since (send more requests and step "
+           "on)."),
+        code('''from collections import Counter
+from da_lab_widgets import BlocksDiagram, DAHookDiagram, Highlight, Player
+from da_lab_widgets import TraceSource
+from da_lab_widgets.metadata_path import MetadataPathDiagram
+
+source = TraceSource(TRACE, follow=True)
+# One request through every diagram: the one the server ran the most steps of.
+ran = Counter(q.req for rec in source.records for q in rec.requests if q.hooked)
+rid = ran.most_common(1)[0][0]
+print(f"following {rid}: {ran[rid]} of the trace's {len(source.records)} steps "
+      f"({len(ran)} requests ran)")
+highlight = Highlight()
+diagrams = [DAHookDiagram(source.header, highlight, req=rid),
+            BlocksDiagram(source.header, highlight, req=rid),
+            MetadataPathDiagram(source.header, highlight)]
+player = Player(source, diagrams)
+player.widget'''),
+        md("**Predict, then run.** Each question's prompt is a scaffold, 12 one-block chunks "
+           "and a question; the model names one chunk. After its tag, how many blocks does "
+           "the kernel read per step for the request followed? Type a number, run the cell "
+           "(the trace's records answer)."),
+        code('''PREDICT = None          # a number
+from da_lab.predict import check
+
+after = [q.blocks_read for rec in source.records for q in rec.requests
+         if q.req == rid and q.hooked and q.mode == "focus"]
+check(PREDICT, after[0] if after else "(no FOCUS step)", f"the blocks {rid} read after its tag",
+      f"then {after[-1]} at its last step: its response grew" if after and after[-1] != after[0]
+      else "")
+while (player.i or 0) < 10 and player.step():
+    pass
+rec = source.records[player.i]
+print(f"step {rec.step}: " + ", ".join(f"{q.req} {q.mode} {q.blocks_read}/{q.blocks_total}"
+                                       for q in rec.requests))'''),
+        md("Stop the server this notebook started (its engine processes go with it)."),
+        code('''client.close()
+server.send_signal(signal.SIGTERM)
+print("server exited with", server.wait(60))'''),
+        md("## What you can now explain\n"
+           "- How a request carries its layout through vLLM's OpenAI server, and where a bad "
+           "one is refused (HTTP 400, before the engine).\n"
+           "- Why the per-request stats come from the worker process, and how they reach the "
+           "client and /metrics.\n"
+           "- What a server's trace holds that a Lab's does, and what it can't see.")]
