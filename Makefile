@@ -59,11 +59,11 @@ lab: install lab-files
 	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 # ruff first: a lint error fails fast, before the 15 minutes of engine and browser tests.
-# The notebooks run in JupyterLab, Run All twice each (tests/test_notebooks_browser.py), which
-# fails on any error or stderr block: nbmake running them once more would add minutes only.
+# The notebooks run top to bottom under nbmake (the browser tier opens the tour and lesson 04
+# in JupyterLab too).
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest --nbmake tests notebooks
 
 # The inner loop: the unit tier and the core engine tests (markers from tests/conftest.py;
 # `pytest -m serve`, `-m browser`, `-m engine` run the other tiers; the notebooks are in the
