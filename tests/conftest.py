@@ -90,10 +90,11 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker("fast")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def jupyter(tmp_path_factory):
     """One JupyterLab (make lab's flags, the learner's default model) on copies of every
-    notebook, and one headless Chromium, for every browser test of the session. The copies
+    notebook, and one headless Chromium, for a module's browser tests (per module: a sync
+    Playwright left running would refuse every other module's `sync_playwright()`). The copies
     sit in work/ beside links to traces/ and bench/, so their ../traces paths resolve."""
     import shutil
 

@@ -42,7 +42,7 @@ shots: list[str] = []
 
 @pytest.fixture(scope="module")
 def lab(jupyter, request):
-    """The session's JupyterLab and Chromium (conftest.jupyter)."""
+    """The module's JupyterLab and Chromium (conftest.jupyter)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     yield jupyter
     capture = request.config.pluginmanager.get_plugin("capturemanager")
