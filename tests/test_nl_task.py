@@ -240,6 +240,40 @@ def test_drills_add_question_turns_under_the_hooks_mask(tok):
     assert "Question:" not in learned and learned.count("<|im_end|>") == 3
 
 
+def test_drills_ask_only_facts_their_documents_hold_one_or_two_at_a_time(tok):
+    kinds = {0: 0, 1: 0, 2: 0}
+    for i in range(40):
+        s = G.make_sample(G.rng_for(1, 0, i), turns=3, mix=G.TRAIN_MIX, **SMALL)
+        docs, drills = s.meta["documents"], s.meta["drills"]
+        assert len(drills) == 2
+        focus = [d for _, d in s.tags][2::2]
+        for d, tag in zip(drills, focus, strict=True):
+            kinds[len(d["chunks"])] += 1
+            assert list(tag.chunks) == d["chunks"]
+            if not d["chunks"]:
+                assert tag.mode is Mode.LOCAL
+                continue
+            # every value is in a named document, every named document holds one
+            assert N.holders([docs[c - 1] for c in d["chunks"]], d["values"])
+            for c in d["chunks"]:
+                assert N.holders([docs[c - 1]], d["values"]), (c, d)
+            for v in d["values"]:
+                assert N.holders([docs[c - 1] for c in d["chunks"]], [v]), (v, d)
+                assert v in d["reply"]
+            if len(d["chunks"]) == 2:
+                assert len({N.normalise(v) for v in d["values"]}) == 2
+    assert min(kinds.values()) >= 5, kinds
+
+
+def test_the_training_mix_changes_training_samples_only(tok):
+    # held-out prompts (the eval's) keep P_LOCAL / P_MULTI; mix=None is that mix too
+    a = G.make_sample(G.rng_for(0, 0, 3), **SMALL)
+    assert G.make_sample(G.rng_for(0, 0, 3), mix=(G.P_LOCAL, G.P_MULTI), **SMALL).ids == a.ids
+    kinds = [G.make_sample(G.rng_for(0, 0, i), mix=(0.0, 1.0), **SMALL).kind for i in range(8)]
+    assert kinds == ["multi"] * 8
+    assert G.TRAIN_MIX[1] > G.P_MULTI
+
+
 def test_training_mask_equals_the_oracle_mask_of_the_hook_history(tok, samples):
     import torch
 

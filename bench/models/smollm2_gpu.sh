@@ -5,6 +5,8 @@
 # shipped (previous) delta on the same prompts without the base model and ablations.
 #   bench/models/smollm2_gpu.sh train    # -> $G/train.log, $G/smollm2-da/{delta.safetensors,training.json}
 #   bench/models/smollm2_gpu.sh eval     # -> $G/eval-new.json, $G/eval-old.json, $G/eval.log
+# BUDGET (train seconds, default 370); OLD=0 skips the previous delta's run, BASE=0 the base
+# model's (it does not change with the delta: its figures stand from an earlier run).
 # Runs from a copy of the repository's da_lab (cd there first); G=/tmp/g26 by default.
 set -e
 G=${G:-/tmp/g26}
@@ -13,7 +15,7 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 VLLM_USE_FLASH
 export VLLM_ENABLE_V1_MULTIPROCESSING=0
 case "$1" in
 train)
-    python -m da_lab.training.finetune --device cuda --seed 11 \
+    python -m da_lab.training.finetune --device cuda --seed "${SEED:-11}" \
         --init da_lab/assets/smollm2-da/delta.safetensors --lr 8e-4 --warmup 20 \
         --time-budget-s "${BUDGET:-370}" --eval-n 96 --probe-n 32 --eval-every 120 \
         --out "$G/smollm2-da" > "$G/train.log" 2>&1
@@ -29,7 +31,9 @@ eval)
     cp da_lab/assets/smollm2-da/delta.safetensors "$G/old/delta.safetensors"
     cp "$G/smollm2-da/delta.safetensors" "$G/smollm2-da/training.json" da_lab/assets/smollm2-da/
     python -m da_lab.cli eval --model smollm2-da --prompts "$G/prompts.jsonl" --ablations \
+        $([ "${BASE:-1}" = 0 ] && echo --no-base) \
         --wave 128 --json --out "$G/eval-new.json" > /dev/null 2> "$G/eval.log"
+    if [ "${OLD:-1}" = 0 ]; then touch "$G/eval.done"; exit 0; fi
     python -c "from da_lab.engine import smollm2 as S; print(S.build('smollm2-da', '$G/old-da', delta='$G/old/delta.safetensors'))" >> "$G/eval.log" 2>&1
     python -m da_lab.cli eval --model "$G/old-da" --prompts "$G/prompts.jsonl" --no-base \
         --wave 128 --json --out "$G/eval-old.json" > /dev/null 2>> "$G/eval.log"

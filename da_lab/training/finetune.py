@@ -2,14 +2,16 @@
 
 The task is `da_lab.training.nl_gen` (chat prompts of 4..32 prose documents of many domains,
 ~600..6,000 tokens, a question; the reply is the tag, then one sentence), training domains
-only; a share of samples are drills (--drill-p: more question turns after the first, each
-reply learned under the hook's mask, the user turns given). The mask is the DA hook's, position by
-position, built by `da_lab.training.train` (`collate` -> `segments`, `forward` -> `dense_mask`,
-the same code that trains da-tiny-tags and that tests hold equal to the hook's recorded mask
-history); attention is SDPA with that explicit (B, 1, L, L) mask; the loss is on the reply
-tokens only. A LoRA (`da_lab.training.lora`, rank 16 on q/k/v/o/gate/up/down, base frozen),
-AdamW, warmup + cosine; bf16 autocast on CUDA. Each step draws one context length and fills up
-to --batch-tokens with samples of that length (fewer long prompts, more short ones).
+only, with more two-document questions than the held-out mix (--mix, nl_gen.TRAIN_MIX); a share
+of samples are drills (--drill-p: more question turns after the first, one document, two or
+none, each reply learned under the hook's mask, the user turns given). The mask is the DA
+hook's, position by position, built by `da_lab.training.train` (`collate` -> `segments`,
+`forward` -> `dense_mask`, the same code that trains da-tiny-tags and that tests hold equal to
+the hook's recorded mask history); attention is SDPA with that explicit (B, 1, L, L) mask; the
+loss is on the reply tokens only. A LoRA (`da_lab.training.lora`, rank 16 on
+q/k/v/o/gate/up/down, base frozen), AdamW, warmup + cosine; bf16 autocast on CUDA. Each step
+draws one context length and fills up to --batch-tokens with samples of that length (fewer long
+prompts, more short ones).
 
     python -m da_lab.training.finetune --device cuda --seed 0 --time-budget-s 420 \\
         --out da_lab/assets/smollm2-da
@@ -46,6 +48,14 @@ def _pair(text: str) -> tuple[int, int]:
     return int(lo), int(hi or lo)
 
 
+def _mix(text: str) -> tuple[float, float]:
+    lo, _, hi = text.partition(",")
+    p_local, p_multi = float(lo), float(hi)
+    if not (0 <= p_local and 0 <= p_multi and p_local + p_multi <= 1):
+        raise SystemExit(f"finetune: --mix {text!r}: two shares in [0, 1] summing to <= 1")
+    return p_local, p_multi
+
+
 def make_batch(job: dict) -> dict:
     """Batch `step` of a run, a pure function of its arguments (runs in worker processes):
     one context length for the step, then as many samples as fit in `batch_tokens`."""
@@ -61,7 +71,8 @@ def make_batch(job: dict) -> dict:
         t_lo, t_hi = job["drill_turns"]
         turns = int(rng.integers(t_lo, t_hi + 1)) if rng.random() < job["drill_p"] else 1
         samples.append(G.make_sample(rng, context=(max(lo, int(ctx * 0.85)), ctx),
-                                     n_chunks=job["chunks"], turns=turns, tok=tok))
+                                     n_chunks=job["chunks"], turns=turns, tok=tok,
+                                     mix=tuple(job["mix"])))
     return collate(samples, tok.pad_id, BLOCK)
 
 
@@ -100,6 +111,9 @@ def parse_args(argv=None):
     ap.add_argument("--drill-p", type=float, default=0.5,
                     help="share of training samples that are drills (several question turns)")
     ap.add_argument("--drill-turns", default="2,4", help="lo,hi: question turns in a drill")
+    ap.add_argument("--mix", default=f"{G.TRAIN_MIX[0]},{G.TRAIN_MIX[1]}",
+                    help="p_local,p_multi: training samples' share of no-document and "
+                         "two-document questions (held-out prompts keep nl_gen's own)")
     ap.add_argument("--device", default=None, help="cuda | cpu (default: cuda if available)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="smollm2-da", help="output folder (delta + training.json)")
@@ -231,7 +245,8 @@ def run(argv=None):
     def job(s: int) -> dict:
         return {"seed": args.seed, "step": s, "batch": args.batch, "tok": tok_dir,
                 "batch_tokens": args.batch_tokens, "context": ctx, "chunks": chunks,
-                "drill_p": args.drill_p, "drill_turns": _pair(args.drill_turns)}
+                "drill_p": args.drill_p, "drill_turns": _pair(args.drill_turns),
+                "mix": _mix(args.mix)}
 
     batches = Batches(job, args.steps, workers, ahead=max(8, 2 * workers), make=make_batch)
     try:
@@ -261,6 +276,9 @@ def run(argv=None):
         "train_seconds": round(res["train_s"], 1),
         "wall_seconds": round(time.perf_counter() - t_start, 1),
         "drill_p": args.drill_p, "drill_turns": list(_pair(args.drill_turns)),
+        "mix": {"p_local": _mix(args.mix)[0], "p_multi": _mix(args.mix)[1],
+                "drill_local": G.DRILL_LOCAL, "drill_multi": G.DRILL_MULTI,
+                "drill_same_entity": G.DRILL_SAME_ENTITY},
         "heldout": {"seed": G.EVAL_SEED, "stream": "HELDOUT", "domains": "train",
                     "teacher_forced": True, **acc},
         "heldout_domains": {"seed": G.EVAL_SEED, "stream": "HELDOUT", "domains": "heldout",

@@ -22,7 +22,12 @@ Splits: `domains="train"` draws the training domains, `domains="heldout"` the he
 draws names and values from the held-out third of every pool (nl_values.pools). Sample i of
 stream s under seed k comes from SeedSequence([k, s, i]) (task.rng_for). Training samples may
 be drills (`turns` > 1): after the first reply the response goes on with a given user turn
-"<global> Question: ..." (every block visible again) and another reply to learn.
+"<global> Question: ..." (every block visible again) and another reply to learn: a drill
+asks one entity's attribute (often another attribute of the entity the first question asked,
+of the same kind when it has one: the head coach after the captain), the same attribute of two
+entities of one domain (often near duplicates of each other), or nothing; it only asks facts its
+document holds. Training draws its kinds with TRAIN_MIX (more two-document samples than the
+held-out mix, the weak case); held-out prompts keep P_LOCAL / P_MULTI.
 """
 
 from __future__ import annotations
@@ -38,10 +43,14 @@ from da_lab.training.nl_domains import multi_forms, possessive, question_forms
 from da_lab.training.nl_local import local_question
 from da_lab.training.task import HELDOUT, TRAIN, Sample, _pick_kind, rng_for
 
-__all__ = ["TRAIN", "HELDOUT", "EVAL_SEED", "make_sample", "sample", "held_out", "domains"]
+__all__ = ["TRAIN", "HELDOUT", "EVAL_SEED", "TRAIN_MIX", "make_sample", "sample", "held_out",
+           "domains"]
 
 EVAL_SEED = 7_100_001
-P_LOCAL, P_MULTI = 0.20, 0.15
+P_LOCAL, P_MULTI = 0.20, 0.15       # held-out prompts (the eval's mix)
+TRAIN_MIX = (0.15, 0.30)            # training samples' (p_local, p_multi): finetune --mix
+DRILL_LOCAL, DRILL_MULTI = 0.15, 0.35   # a drill turn's kind: no document, two, else one
+DRILL_SAME_ENTITY = 0.4     # a one-document drill asks the first question's entity again
 CHUNKS = (4, 32)
 CONTEXT = (600, 6000)
 P_SAME_DOMAIN = 0.35        # a filler entity comes from the asked domain (else any other)
@@ -155,13 +164,16 @@ def _size(rng, n_chunks, context) -> tuple[int, int]:
 
 
 def make_sample(rng, *, heldout: bool = False, split: str = "train", kind: str | None = None,
-                n_chunks=None, context=None, turns: int = 1, tok=None) -> Sample:
+                n_chunks=None, context=None, turns: int = 1, tok=None,
+                mix: tuple[float, float] | None = None) -> Sample:
     """One sample from `rng` (see the module docstring). `split` picks the domains, `heldout`
-    the names and values; n_chunks / context are numbers or (lo, hi) ranges."""
+    the names and values; n_chunks / context are numbers or (lo, hi) ranges; `mix` is
+    (p_local, p_multi), default (P_LOCAL, P_MULTI)."""
     tok = tok or N.tokens()
     doms = domains(split)
     n, budget = _size(rng, n_chunks, context)
-    kind = _pick_kind(rng, kind, n, P_LOCAL, P_MULTI)     # the records task's rule
+    p_local, p_multi = mix or (P_LOCAL, P_MULTI)
+    kind = _pick_kind(rng, kind, n, p_local, p_multi)     # the records task's rule
     targets = {"local": 0, "single": 1, "multi": 2}[kind]
     asked = V.pick(rng, doms) if targets else None
     attr = V.pick(rng, asked.attrs).key if targets else None
@@ -180,8 +192,8 @@ def make_sample(rng, *, heldout: bool = False, split: str = "train", kind: str |
                  Directive(Mode.FOCUS, chunks=tuple(chunk_of[:targets])))
     tag = tag_text(directive)
     resp, tags, written = _response(tok, tag, directive, reply)
-    for _ in range(1, turns):
-        _drill(rng, tok, ents, chunk_of, heldout, resp, tags, written)
+    drills = [_drill(rng, tok, ents, chunk_of, texts, attr, heldout, resp, tags, written)
+              for _ in range(1, turns)]
     cands = sorted({_norm(e["values"][attr]["text"]) for e in ents if e["dom"] is asked}
                    if targets else {_norm(v) for v in vals})
     meta = {"question": q, "domain": asked.key if asked else None, "attr": attr or "local",
@@ -193,6 +205,8 @@ def make_sample(rng, *, heldout: bool = False, split: str = "train", kind: str |
             "holders": N.holders(texts, vals) if targets else [],
             "wrong_texts": sorted({e["values"][attr]["text"] for e in ents
                                    if e["dom"] is asked}) if targets else []}
+    if drills:
+        meta["drills"] = drills
     return Sample(prompt, resp, tag, directive, reply, kind, tags[0][0],
                   tuple(_norm(v) for v in vals), meta,
                   loss_mask=tuple(written) if turns > 1 else (),
@@ -222,17 +236,78 @@ def _response(tok, tag: str, directive, reply: str) -> tuple[list[int], list, li
     return ids, [(len(tag_ids) - 1, directive)], [True] * len(ids)
 
 
-def _drill(rng, tok, ents, chunk_of, heldout, resp, tags, written) -> None:
-    """One more question turn (given) and its reply (learned), appended in place."""
-    kind = "local" if rng.random() < P_LOCAL else "single"
-    if kind == "single":
-        i = int(rng.integers(len(ents)))
+def _holds(text: str, value: str) -> bool:
+    return bool(N.holders([text], [value]))
+
+
+def _drill_single(rng, ents, chunk_of, texts, asked_attr):
+    """(entity index, attribute key) for a one-document drill whose document holds the fact:
+    often the first question's entity again, another attribute of the same kind if it has one
+    (two people, two counts in one document); None if no document holds a fact."""
+    def held(i):
         e = ents[i]
-        attr = V.pick(rng, e["dom"].attrs).key
-        q, reply, _ = _ask(rng, "single", [e], attr, heldout)
+        return [a for a in e["dom"].attrs
+                if _holds(texts[chunk_of[i] - 1], e["values"][a.key]["text"])]
+
+    if asked_attr is not None and rng.random() < DRILL_SAME_ENTITY:
+        kind = ents[0]["dom"].attr(asked_attr).kind
+        others = [a for a in held(0) if a.key != asked_attr]
+        same = [a for a in others if a.kind == kind]
+        if same or others:
+            return 0, V.pick(rng, same or others).key
+    for _ in range(8):
+        i = int(rng.integers(len(ents)))
+        attrs = held(i)
+        if attrs:
+            return i, V.pick(rng, attrs).key
+    return None
+
+
+def _drill_pair(rng, ents, chunk_of, texts):
+    """(i, j, attribute key) for a two-document drill: two entities of one domain whose
+    documents hold the attribute, with different values; a near duplicate of each other
+    when one is there (they share a name part); None if no pair qualifies."""
+    by_dom: dict = {}
+    for i, e in enumerate(ents):
+        by_dom.setdefault(e["dom"].key, []).append(i)
+    groups = [g for g in by_dom.values() if len(g) >= 2]
+    for _ in range(8 if groups else 0):
+        g = groups[int(rng.integers(len(groups)))]
+        dom = ents[g[0]]["dom"]
+        attr = V.pick(rng, dom.attrs).key
+        ok = [i for i in g if _holds(texts[chunk_of[i] - 1], ents[i]["values"][attr]["text"])]
+        if len(ok) < 2:
+            continue
+        i = ok[int(rng.integers(len(ok)))]
+        rest = [j for j in ok if j != i and _norm(ents[j]["values"][attr]["text"])
+                != _norm(ents[i]["values"][attr]["text"])]
+        part = {w for w in ents[i]["name"].split() if len(w) > 3}
+        near = [j for j in rest if part & set(ents[j]["name"].split())]
+        pool = near if near and rng.random() < 0.6 else rest
+        if pool:
+            return i, pool[int(rng.integers(len(pool)))], attr
+    return None
+
+
+def _drill(rng, tok, ents, chunk_of, texts, asked_attr, heldout, resp, tags,
+           written) -> dict:
+    """One more question turn (given) and its reply (learned), appended in place; returns
+    {"question", "reply", "chunks" (1-based, [] for none), "values" (as written)}."""
+    u = rng.random()
+    pair = (_drill_pair(rng, ents, chunk_of, texts)
+            if DRILL_LOCAL <= u < DRILL_LOCAL + DRILL_MULTI else None)
+    one = (_drill_single(rng, ents, chunk_of, texts, asked_attr)
+           if u >= DRILL_LOCAL and pair is None else None)
+    if pair is not None:
+        i, j, attr = pair
+        q, reply, vals = _ask(rng, "multi", [ents[i], ents[j]], attr, heldout)
+        d = Directive(Mode.FOCUS, chunks=(chunk_of[i], chunk_of[j]))
+    elif one is not None:
+        i, attr = one
+        q, reply, vals = _ask(rng, "single", [ents[i]], attr, heldout)
         d = Directive(Mode.FOCUS, chunks=(chunk_of[i],))
     else:
-        q, reply, _ = local_question(rng, heldout)
+        q, reply, vals = local_question(rng, heldout)
         d = Directive(Mode.LOCAL)
     turn = tok.encode("\n<|im_start|>user\n")
     g = tok.encode("<global>")
@@ -245,6 +320,8 @@ def _drill(rng, tok, ents, chunk_of, heldout, resp, tags, written) -> None:
     tags.append((len(resp) + t[0][0], d))
     resp += ids
     written += w
+    return {"question": q, "reply": reply, "chunks": list(d.chunks) if d.chunks else [],
+            "values": list(vals)}
 
 
 def sample(seed: int, index: int, stream: int = TRAIN, split: str = "train", **kw) -> Sample:
