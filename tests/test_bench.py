@@ -213,3 +213,12 @@ def test_frames_chart_draws_the_committed_browser_measurements(tmp_path):
     fig = frames_chart.figure(before, after)
     bars = fig.data[2]                        # "after", the step times
     assert bars.y[1] == after["h200_8b_64k"]["blocks"]["e2e_ms"]["median"]
+
+
+def test_vllm_bench_serve_runs_from_the_engine_room():
+    """bench/speed/serve_gpu.py measures with vLLM's own `vllm bench serve`, called through
+    da_lab.engine.bench_serve (no console script needed); its parser takes the options."""
+    r = subprocess.run([sys.executable, "-m", "da_lab.engine.bench_serve", "--help"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "--max-concurrency" in r.stdout and "--random-input-len" in r.stdout

@@ -3,6 +3,7 @@ sizes, the rooms' import boundaries (docs/architecture.md), no import cycles, an
 are exactly what tools/make_notebooks.py writes from notebooks/src/."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +93,12 @@ def test_rooms_keep_their_boundaries():
                 ("vllm.sampling_params", "vllm.LLM", "vllm.SamplingParams"))
             if internal and not name.startswith(("da_lab.hook", "da_lab.engine")):
                 bad.append(f"{name} imports vLLM internals ({mod}); only hook/ and engine/ may")
+        # ... nor inside a string run as code (python -c "from vllm.x import ...")
+        if not name.startswith(("da_lab.hook", "da_lab.engine")) and "tests" not in path.parts:
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                        re.search(r"\b(from|import) vllm\.", node.value):
+                    bad.append(f"{name}:{node.lineno} imports vLLM internals in a string")
     assert not bad, "\n".join(sorted(set(bad)))
 
 

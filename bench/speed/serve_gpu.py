@@ -77,7 +77,8 @@ def _server(kind: str, args, port: int, log: Path) -> subprocess.Popen:
 
 
 def _bench(args, port: int, input_len: int, extra: dict | None, out: Path) -> dict:
-    """One `vllm bench serve` run (vLLM's module, called as its CLI calls it)."""
+    """One `vllm bench serve` run (vLLM's module, called as its CLI calls it:
+    da_lab/engine/bench_serve.py)."""
     from da_lab.serve.launch import model_folder
 
     folder, _ = model_folder(args.model)
@@ -90,13 +91,8 @@ def _bench(args, port: int, input_len: int, extra: dict | None, out: Path) -> di
            "--result-filename", out.name, "--seed", str(args.seed), "--save-detailed"]
     if extra is not None:
         cli += ["--extra-body", json.dumps(extra)]
-    code = ("import sys\n"
-            "try:\n from vllm.utils.argparse_utils import FlexibleArgumentParser as P\n"
-            "except ImportError:\n from vllm.utils import FlexibleArgumentParser as P\n"
-            "from vllm.benchmarks.serve import add_cli_args, main\n"
-            "p = P(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))\n")
     before = _engine_itl(port)
-    subprocess.run([sys.executable, "-c", code, *cli], check=True)
+    subprocess.run([sys.executable, "-m", "da_lab.engine.bench_serve", *cli], check=True)
     res = json.loads(out.read_text())
     row = {k: res.get(k) for k in KEEP}
     row.update(_stream_shape(res))

@@ -86,8 +86,8 @@ class Service:
             self._trace(report.steps, report.warnings, runner)
         live = t.requests
         self.counters.requests += sum(1 for r in live if r not in self._states)
-        for rid, st in self._states.items():
-            if rid not in live:                  # ended since the last step: settle it
+        for req_id, st in self._states.items():
+            if req_id not in live:                  # ended since the last step: settle it
                 self.counters.add_events(self.feed_rest(st))
         self._states = dict(live)
         self.counters.add_warnings(report.warnings + SESSION.new_warnings())

@@ -61,8 +61,8 @@ class Edge:
             args, kwargs = list(args), dict(kwargs)
             prompt = args[0] if args else kwargs.get("prompt")
             params = args[1] if len(args) > 1 else kwargs.get("sampling_params")
-            rid = args[2] if len(args) > 2 else kwargs.get("request_id")
-            mine, da_id = self.admit(prompt, params, rid)
+            req_id = args[2] if len(args) > 2 else kwargs.get("request_id")   # vLLM's id
+            mine, da_id = self.admit(prompt, params, req_id)
             if da_id is None:
                 return orig(*args, **kwargs)
             if len(args) > 1:
@@ -75,7 +75,7 @@ class Edge:
         engine_client.generate = generate
 
     # ---- the check ------------------------------------------------------------------------
-    def admit(self, prompt, params, request_id):
+    def admit(self, prompt, params, req_id):
         """(the SamplingParams to send, the request's da_id), or (params, None) for a request
         without DA keys. The engine's form goes into a copy: vLLM hands every prompt of a
         prompt list the same `vllm_xargs` dict, so writing into it would give them all one
@@ -84,9 +84,9 @@ class Edge:
         if not ex or (EXTRA_LAYOUT not in ex and EXTRA_DIRECTOR not in ex):
             return params, None
         try:
-            engine = self._check(ex, prompt, params, request_id)
+            engine = self._check(ex, prompt, params, req_id)
             try:
-                engine[EXTRA_ID] = self.ids.claim(ex, request_id)
+                engine[EXTRA_ID] = self.ids.claim(ex, req_id)
             except IdInUse as e:
                 raise EdgeError("id", str(e)) from None
         except EdgeError as e:
@@ -96,7 +96,7 @@ class Edge:
         mine.extra_args = engine
         return mine, engine[EXTRA_ID]
 
-    def _check(self, ex: dict, prompt, params, request_id) -> dict:
+    def _check(self, ex: dict, prompt, params, req_id) -> dict:
         if EXTRA_LAYOUT not in ex:
             raise EdgeError("director", f"vllm_xargs.{EXTRA_DIRECTOR} needs a "
                                         f"vllm_xargs.{EXTRA_LAYOUT} (the chunks it names)")

@@ -33,12 +33,12 @@ class LiveIds:
         self._lists: dict[int, list] = {}
         self._list_of: dict[str, list] = {}
 
-    def claim(self, extra_args: dict, request_id) -> str:
+    def claim(self, extra_args: dict, req_id) -> str:
         """The da_id for this prompt's request, now held; raises IdInUse."""
         base = extra_args.get(EXTRA_ID)
         group = None
         if base is None:
-            da_id = str(request_id)
+            da_id = str(req_id)
         else:
             group = self._lists.get(id(extra_args))
             if group is None or group[0] is not extra_args:

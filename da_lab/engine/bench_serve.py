@@ -1,0 +1,29 @@
+"""vLLM's own serving benchmark (`vllm bench serve`), run the way its CLI runs it.
+
+    python -m da_lab.engine.bench_serve --backend vllm --base-url ... [vllm bench serve options]
+
+bench/speed/serve_gpu.py calls this instead of the `vllm` console script, which needs vLLM's
+dist metadata (the GPU bundle carries vLLM's Python tree without it). Where the argument parser
+lives depends on the release, so that difference stays here, beside the engine.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser as Parser
+    except ImportError:         # older releases keep it in vllm.utils
+        from vllm.utils import FlexibleArgumentParser as Parser
+    from vllm.benchmarks.serve import add_cli_args
+    from vllm.benchmarks.serve import main as run
+
+    parser = Parser()
+    add_cli_args(parser)
+    run(parser.parse_args(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    main()
