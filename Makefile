@@ -59,8 +59,8 @@ lab: install lab-files
 	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 # ruff first: a lint error fails fast, before the 15 minutes of engine and browser tests.
-# The notebooks run top to bottom under nbmake (the browser tier opens the tour and lesson 04
-# in JupyterLab too).
+# The notebooks run top to bottom under nbmake, and again in JupyterLab in the browser tier
+# (tests/test_lessons_browser.py: Run All twice, a reload, two screen sizes).
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest --nbmake tests notebooks

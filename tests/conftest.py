@@ -64,8 +64,8 @@ TIERS = {
                "test_task_train_eval", "test_quiet", "test_validation", "test_oracle_refs",
                "test_one_lab"],
     "serve": ["test_serve", "test_serve_hostile", "test_serve_refused"],
-    "browser": ["test_browser", "test_page", "test_widgets", "test_export_skeleton",
-                "test_export_steps", "test_first_cell"],
+    "browser": ["test_browser", "test_lessons_browser", "test_page", "test_widgets",
+                "test_export_skeleton", "test_export_steps", "test_first_cell"],
 }
 # The engine tests the inner loop keeps: the hook against the oracle, steering, the KV map and
 # the trace a Lab writes.

@@ -39,7 +39,7 @@ export class HookDiagram extends Diagram {
     this.svg = s("svg", { class: "da-svg", height: 2 * ROW_H + 26 }, el);
     this.keyEl = h("div", { class: "da-caption" }, el);
     this.readEl = h("div", { class: "da-blocks-read", "data-da-part": "blocks-read" }, el);
-    this.chart = new Chart(el, { width: 880 });
+    this.chart = new Chart(el, { width: 880, height: 120 });
     this.offHub = this.hub.on(() => this._marks());
     this.svg.addEventListener("mousemove", (e) => this._hover(e));
     this.svg.addEventListener("mouseleave", () => { hideTip(); this.hub.set(null, "dahook"); });

@@ -10,7 +10,7 @@ import { Diagram } from "./diagram.js";
 import { HOOK, PACKET } from "./look.js";
 import { blockNote, cardText, stepValues, valuesText } from "./pathtext.js";
 
-const BOX_H = 104, WRITE = "#2a9d8f";
+const BOX_H = 88, WRITE = "#2a9d8f";
 
 export class PathDiagram extends Diagram {
   constructor(ctx) {

@@ -26,7 +26,12 @@ export class Player {
     root.classList.add("da-player");
     root.setAttribute("data-da-player", "");
     root.tabIndex = 0;
-    this._controls(h("div", { class: "da-controls" }, root));
+    const controls = h("div", { class: "da-controls" }, root);
+    this._controls(controls);
+    // their height (one row, or two on a narrow screen) is where a diagram scrolled to lands
+    this.sized = new ResizeObserver(() => root.style.setProperty(
+      "--da-controls-h", `${Math.ceil(controls.getBoundingClientRect().height)}px`));
+    this.sized.observe(controls);
     this.noteEl = h("div", { class: "da-player-note" }, root);
     this.board = h("div", { class: "da-diagrams" }, root);
     // a diagram off screen is drawn when it comes into view (the step on screen then), not on
@@ -252,6 +257,7 @@ export class Player {
   destroy() {
     this.pause();
     this.seen.disconnect();
+    this.sized.disconnect();
     this.offRun();
     for (const d of this.diagrams) d.destroy?.();
   }
