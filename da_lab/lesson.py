@@ -84,3 +84,23 @@ def add_lesson_request(lab, max_tokens: int = LESSON_TOKENS) -> Lesson:
         f"{rid}: 12 chunks of records, then a question, {max_tokens} tokens. {name} writes no "
         f"tags of its own (random weights write noise), so the director writes them: "
         f"{script or 'none'}. Steer it while it runs."))
+
+
+def open_lesson(live: bool, trace: str):
+    """A lesson's first cell: (lab, source, highlight). `live`: this kernel's vLLM engine
+    (one_lab: Run All again reuses it) with a lesson request added, streamed to the diagrams
+    (the player's "new request" adds another); otherwise `trace` replayed, no vLLM needed.
+    Prints the request and what ran it."""
+    from da_lab_widgets import Highlight, LiveSource, TraceSource
+
+    if live:
+        from da_lab.engine.one_lab import one_lab
+
+        lab = one_lab(progress=True)      # the default model: da-tiny-tags, trained to write tags
+        print(add_lesson_request(lab))    # a held-out question, 200 tokens: time to steer it
+        source = LiveSource(lab, new_request=add_lesson_request)
+    else:
+        lab, source = None, TraceSource(trace)
+    prov = source.header["provenance"]
+    print(prov.get("model_name"), "|", prov["vllm"], "|", prov["runner"])
+    return lab, source, Highlight()

@@ -46,7 +46,7 @@ def test_first_cell_of_a_notebook_writes_nothing_to_stderr(learner_env):
 
     nb = nbformat.read(ROOT / "notebooks" / "04_da_hook.ipynb", as_version=4)
     first = next(c for c in nb.cells if c.cell_type == "code")
-    assert "LIVE = True" in first.source and "one_lab(progress=True)" in first.source
+    assert "LIVE = True" in first.source and "open_lesson(LIVE, TRACE)" in first.source
     nb.cells = [first]
     NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()

@@ -21,11 +21,10 @@ import nbformat as nbf
 NB = Path(__file__).resolve().parents[1] / "notebooks"
 SRC = NB / "src"
 KERNEL = {"name": "python3", "display_name": "Python 3", "language": "python"}
-# Cells that several lessons hold a copy of, by their first line: the engine-or-recording cell
-# (one engine per kernel, one explanation of LIVE and TRACE) and the closing shutdown note. A
-# fix to one copy belongs in all of them, so the copies must stay equal.
-SHARED = ("# LIVE = True runs a real vLLM engine in this kernel",
-          "When you are done, `lab.shutdown()` frees the engine")
+# Cells that several lessons hold a copy of, by their first line: the closing shutdown note. A
+# fix to one copy belongs in all of them, so the copies must stay equal. (The engine-or-recording
+# cell is code: da_lab.lesson.open_lesson, called from each lesson's first cell.)
+SHARED = ("When you are done, `lab.shutdown()` frees the engine",)
 MAX_CODE_LINE = 100   # ruff's line length; E501 is off in src/ for the markdown paragraphs
 
 

@@ -16,24 +16,12 @@
 LIVE = True
 TRACE = "../traces/seed_cpu.jsonl.gz"
 # TRACE = "../traces/h200_tiny_seed.jsonl.gz"   # or "../traces/h200_8b_64k.jsonl.gz"
-from da_lab_widgets import Highlight, LiveSource, TraceSource, Player
+from da_lab.lesson import open_lesson
 
-if LIVE:
-    from da_lab.engine.one_lab import one_lab
-    from da_lab.lesson import add_lesson_request
-    lab = one_lab(progress=True)      # the default model: da-tiny-tags, trained to write tags
-    lesson = add_lesson_request(lab)  # a held-out question, 200 tokens: time to steer it
-    print(lesson)
-    source = LiveSource(lab, new_request=add_lesson_request)   # the player's "new request"
-else:
-    lab = None
-    source = TraceSource(TRACE)
-highlight = Highlight()
-prov = source.header["provenance"]
-print(prov.get("model_name"), "|", prov["vllm"], "|", prov["runner"])
+lab, source, highlight = open_lesson(LIVE, TRACE)
 
 # %%
-from da_lab_widgets import BlocksDiagram, DAHookDiagram
+from da_lab_widgets import BlocksDiagram, DAHookDiagram, Player
 from da_lab_widgets.skeleton import SkeletonDiagram
 from da_lab_widgets.metadata_path import MetadataPathDiagram
 

