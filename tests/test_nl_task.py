@@ -77,6 +77,28 @@ def test_held_out_names_and_values_are_disjoint_from_training_ones(samples):
                          if any(t.startswith(x) for x in V.POOLS_RAW["STEM"]))
 
 
+def test_training_person_names_are_partly_invented_held_out_ones_never(tok):
+    import numpy as np
+    real = set(V.POOLS_RAW["FIRST"]) | set(V.POOLS_RAW["SUR"])
+    rng = np.random.default_rng(4)
+    made = [V.invented(rng) for _ in range(400)]
+    assert not set(made) & real and len(set(made)) > 300
+    train = [V.draw(np.random.default_rng(i), "person", None, False)["raw"] for i in range(400)]
+    parts = [x for r in train for x in r]
+    share = sum(x not in real for x in parts) / len(parts)
+    assert abs(share - V.P_INVENTED) < 0.06, share
+    held = [V.draw(np.random.default_rng(i), "person", None, True)["raw"] for i in range(200)]
+    held_parts = {x for r in held for x in r}
+    assert held_parts <= set(W.split(V.POOLS_RAW["FIRST"], True)) | set(
+        W.split(V.POOLS_RAW["SUR"], True))
+    # a near neighbour keeps one part and changes the other, invented or not
+    for i in range(100):
+        a = V.draw(np.random.default_rng(i), "person", None, False)
+        b = V.draw(np.random.default_rng(1000 + i), "person", None, False, near=a)
+        same = [x == y for x, y in zip(a["raw"], b["raw"], strict=True)]
+        assert b["text"] != a["text"] and sum(same) == 1
+
+
 def test_chunks_are_whole_blocks_in_the_chat_template_of_the_shared_prompt(tok, samples):
     from transformers import AutoTokenizer
 

@@ -3,9 +3,10 @@ domains' name templates draw from, and values of every attribute kind, each with
 neighbour (a distractor: close, but different).
 
 Every pool is split in two (`nl_words.split`: every third item held out), so prompts of the
-held-out stream use names and values that training never drew. Numbers are drawn from ranges
-and printed as documents print them: "12,400" or "12400", "412 metres" or "412 m", "£12.50" or
-"12.50 euros", "14 March 1998" or "March 14, 1998".
+held-out stream use names and values that training never drew; a third of training's person
+names are invented (`invented`), so that copying, not recall, writes them. Numbers are drawn
+from ranges and printed as documents print them: "12,400" or "12400", "412 metres" or "412 m",
+"£12.50" or "12.50 euros", "14 March 1998" or "March 14, 1998".
 """
 
 from __future__ import annotations
@@ -153,17 +154,44 @@ def _date(rng, lo: int, hi: int, near: dict | None) -> dict:
     return d
 
 
+_REAL_NAMES = frozenset(POOLS_RAW["FIRST"] + POOLS_RAW["SUR"])
+# Invented name parts (training only): with a pool of ~200 real names the model learned their
+# spellings rather than copying, and on held-out names wrote "Jakub Xu" for Jakob Xu. A name
+# it cannot know must be copied letter by letter from the document.
+P_INVENTED = 0.35
+ONSETS = ("b", "br", "c", "ch", "d", "dr", "f", "g", "gr", "h", "j", "k", "kr", "l", "m", "n",
+          "p", "pl", "r", "s", "sh", "st", "t", "th", "tr", "v", "w", "z")
+VOWELS = ("a", "e", "i", "o", "u", "ai", "ei", "ou", "y", "ae")
+CODAS = ("", "", "", "n", "r", "l", "s", "k", "m", "th", "nd", "sk")
+
+
+def invented(rng) -> str:
+    """A pronounceable name part no pool holds: two or three syllables ("Vorkelin")."""
+    while True:
+        parts = [pick(rng, ONSETS) + pick(rng, VOWELS) + pick(rng, CODAS)
+                 for _ in range(2 + int(rng.random() < 0.4))]
+        word = "".join(parts).capitalize()
+        if word not in _REAL_NAMES:     # never a held-out name by chance
+            return word
+
+
+def _person_part(rng, pool: tuple[str, ...], heldout: bool, avoid: str | None = None) -> str:
+    if not heldout and rng.random() < P_INVENTED:
+        return invented(rng)
+    return pick(rng, [x for x in pool if x != avoid])
+
+
 def draw(rng, kind: str, spec, heldout: bool, near: dict | None = None) -> dict:
     """A value {"text": as written, "raw": what a near neighbour is drawn around}."""
     p = pools(heldout)
     r = None if near is None else near["raw"]
     if kind == "person":
         if r is None:
-            raw = (pick(rng, p["FIRST"]), pick(rng, p["SUR"]))
+            raw = (_person_part(rng, p["FIRST"], heldout), _person_part(rng, p["SUR"], heldout))
         elif rng.random() < 0.5:
-            raw = (r[0], pick(rng, [x for x in p["SUR"] if x != r[1]]))
+            raw = (r[0], _person_part(rng, p["SUR"], heldout, avoid=r[1]))
         else:
-            raw = (pick(rng, [x for x in p["FIRST"] if x != r[0]]), r[1])
+            raw = (_person_part(rng, p["FIRST"], heldout, avoid=r[0]), r[1])
         return {"text": f"{raw[0]} {raw[1]}", "raw": raw}
     if kind in ("place", "phrase"):
         pool = p["CITY"] if spec is None else W.split(tuple(spec), heldout)
