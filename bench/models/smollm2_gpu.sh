@@ -5,8 +5,9 @@
 # shipped (previous) delta on the same prompts without the base model and ablations.
 #   bench/models/smollm2_gpu.sh train    # -> $G/train.log, $G/smollm2-da/{delta.safetensors,training.json}
 #   bench/models/smollm2_gpu.sh eval     # -> $G/eval-new.json, $G/eval-old.json, $G/eval.log
-# BUDGET (train seconds, default 370), LR (default 8e-4), WARMUP (steps, default 20); OLD=0 skips the previous delta's run, BASE=0 the base
-# model's (it does not change with the delta: its figures stand from an earlier run).
+# BUDGET (train seconds, default 370), LR (default 8e-4), WARMUP (steps, default 20); OLD=0
+# skips the previous delta's run, BASE=0 the base model's (it does not change with the delta:
+# its figures stand from an earlier run).
 # Runs from a copy of the repository's da_lab (cd there first); G=/tmp/g26 by default.
 set -e
 G=${G:-/tmp/g26}

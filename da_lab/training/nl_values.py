@@ -166,7 +166,7 @@ CODAS = ("", "", "", "n", "r", "l", "s", "k", "m", "th", "nd", "sk")
 
 
 def invented(rng) -> str:
-    """A pronounceable name part no pool holds: two or three syllables ("Vorkelin")."""
+    """A pronounceable name part no pool holds: two or three syllables ("Zerkae")."""
     while True:
         parts = [pick(rng, ONSETS) + pick(rng, VOWELS) + pick(rng, CODAS)
                  for _ in range(2 + int(rng.random() < 0.4))]
@@ -177,7 +177,9 @@ def invented(rng) -> str:
 
 def _person_part(rng, pool: tuple[str, ...], heldout: bool, avoid: str | None = None) -> str:
     if not heldout and rng.random() < P_INVENTED:
-        return invented(rng)
+        while (word := invented(rng)) == avoid:   # a neighbour must differ
+            pass
+        return word
     return pick(rng, [x for x in pool if x != avoid])
 
 
