@@ -12,11 +12,11 @@ from da_lab.engine.env import quiet_stdout as _quiet_stdout
 from da_lab.lesson import SEED_TAGS  # the seed scenario's script (da_lab/lesson.py)
 
 
-def demo_rows(records, rid: str) -> list[dict]:
+def demo_rows(records, da_id: str) -> list[dict]:
     """The demo's per-step rows for one request, from live or replayed step records."""
     rows = []
     for rec in records:
-        h = rec.request(rid)
+        h = rec.request(da_id)
         if h is None or not h.hooked:
             continue
         rows.append({"step": rec.step, "mode": h.mode, "tag_buffer": h.tag_buffer,
@@ -25,14 +25,14 @@ def demo_rows(records, rid: str) -> list[dict]:
     return rows
 
 
-def demo_flags(records, rid: str) -> list[dict]:
+def demo_flags(records, da_id: str) -> list[dict]:
     """Warnings that change what the request's tokens mean (engine/results.py FLAG_KINDS)."""
     from da_lab.engine.results import FLAG_KINDS
 
     flags = []
     for rec in records:
         for w in rec.warnings:
-            if isinstance(w, dict) and w.get("req") == rid and w.get("kind") in FLAG_KINDS \
+            if isinstance(w, dict) and w.get("req") == da_id and w.get("kind") in FLAG_KINDS \
                     and all(f["kind"] != w["kind"] for f in flags):
                 flags.append({"kind": w["kind"], "step": w.get("step"),
                               "message": w.get("detail", "")})
@@ -117,12 +117,12 @@ def _live(args, record_to: str | None = None) -> int:
         # The seed tags that fit: each must close before the last output token.
         tags = [(at, t) for at, t in SEED_TAGS
                 if at + len(lab.encode(t)) < args.max_tokens]
-        rid = lab.add_request(prompt, tags=tags, max_tokens=args.max_tokens,
+        da_id = lab.add_request(prompt, tags=tags, max_tokens=args.max_tokens,
                               request_id="seed")
         if record_to:
             lab.record(record_to)
         records = lab.run()
-        doc = _doc(lab.provenance(), demo_rows(records, rid), demo_flags(records, rid))
+        doc = _doc(lab.provenance(), demo_rows(records, da_id), demo_flags(records, da_id))
     except (ValueError, OSError) as e:     # OSError: the trace's disk filled, say
         print(f"da-lab: {e}", file=sys.stderr)
         return 2
@@ -152,16 +152,16 @@ def cmd_replay(args) -> int:
         print(f"da-lab: {e}", file=sys.stderr)
         return 2
     added = [a["req"] for r in tr for a in r.added]
-    rid = args.request or next(iter(added), None)
-    if rid is None:
+    da_id = args.request or next(iter(added), None)
+    if da_id is None:
         print(f"da-lab: {args.file}: the trace adds no request", file=sys.stderr)
         return 2
-    if rid not in added:
+    if da_id not in added:
         shown = ", ".join(added[:10]) + (" ..." if len(added) > 10 else "")
-        print(f"da-lab: {args.file}: no request {rid!r} (requests: {shown})", file=sys.stderr)
+        print(f"da-lab: {args.file}: no request {da_id!r} (requests: {shown})", file=sys.stderr)
         return 2
     try:
-        doc = _doc(tr.provenance, demo_rows(tr.records, rid), demo_flags(tr.records, rid))
+        doc = _doc(tr.provenance, demo_rows(tr.records, da_id), demo_flags(tr.records, da_id))
     except ValueError as e:
         print(f"da-lab: {args.file}: {e}", file=sys.stderr)
         return 2

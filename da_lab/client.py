@@ -104,10 +104,10 @@ class DAClient:
              ignore_eos: bool = False) -> Reply:
         """Greedy completion of `prompt` (a DAPrompt: with its layout; token ids: plain);
         `tags`: (output index, tag text) the server's director writes there."""
-        rid = request_id or f"da-{uuid.uuid4().hex[:16]}"
+        da_id = request_id or f"da-{uuid.uuid4().hex[:16]}"
         body: dict = {"return_token_ids": True, "ignore_eos": ignore_eos}
         if isinstance(prompt, DAPrompt):
-            body["vllm_xargs"] = {EXTRA_LAYOUT: layout_to_wire(prompt.layout), EXTRA_ID: rid}
+            body["vllm_xargs"] = {EXTRA_LAYOUT: layout_to_wire(prompt.layout), EXTRA_ID: da_id}
             if tags:
                 body["vllm_xargs"][EXTRA_DIRECTOR] = director_to_wire(tags)
         elif tags:
@@ -122,8 +122,8 @@ class DAClient:
             finish = c.finish_reason or finish
             if on_text is not None and c.text:
                 on_text(c.text)
-        stats = self.stats(rid) if isinstance(prompt, DAPrompt) else {}
-        return Reply(text, list(stats.get("tags", [])), stats, rid, toks, finish)
+        stats = self.stats(da_id) if isinstance(prompt, DAPrompt) else {}
+        return Reply(text, list(stats.get("tags", [])), stats, da_id, toks, finish)
 
     def stats(self, request_id: str) -> dict:
         r = self.http.get(f"{self.root}/da/requests/{request_id}")

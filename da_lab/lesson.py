@@ -26,7 +26,7 @@ LESSON_SEED = 20261201          # the held-out stream's seed for lesson question
 
 @dataclass
 class Lesson:
-    rid: str
+    da_id: str
     text: str           # what the learner should know about this request, in two sentences
 
     def __str__(self) -> str:
@@ -66,22 +66,22 @@ def add_lesson_request(lab, max_tokens: int = LESSON_TOKENS) -> Lesson:
     """Add the next lesson request to a running Lab; returns its id and what to say about it."""
     name = Path(lab.model).name
     if writes_own_tags(lab.model):
-        k, rid = _free_id(lab, "q")
+        k, da_id = _free_id(lab, "q")
         s = lesson_question(k - 1)
-        lab.add_request(s.prompt, max_tokens=max_tokens, request_id=rid)
+        lab.add_request(s.prompt, max_tokens=max_tokens, request_id=da_id)
         question = s.prompt.tail.strip().removeprefix("Question:").split("Answer:")[0].strip()
-        return Lesson(rid, (
-            f"{rid}: 12 chunks of records, then the question “{question}” (the answer is in "
+        return Lesson(da_id, (
+            f"{da_id}: 12 chunks of records, then the question “{question}” (the answer is in "
             f"{s.tag[len('<focus '):-1]}). {name} was trained to write {s.tag} {s.answer} and "
-            f"stop; the lab ignores its stop token, so {rid} runs {max_tokens} tokens: after "
+            f"stop; the lab ignores its stop token, so {da_id} runs {max_tokens} tokens: after "
             "the answer the model babbles fragments of the records it can still see. Steer it "
             "while it runs."))
-    _k, rid = _free_id(lab, "seed")
+    _k, da_id = _free_id(lab, "seed")
     tags = [(at, t) for at, t in SEED_TAGS if at + len(lab.encode(t)) < max_tokens]
-    lab.add_request(lab.seed_prompt(), tags=tags, max_tokens=max_tokens, request_id=rid)
+    lab.add_request(lab.seed_prompt(), tags=tags, max_tokens=max_tokens, request_id=da_id)
     script = ", ".join(f"{t} at token {at}" for at, t in tags)
-    return Lesson(rid, (
-        f"{rid}: 12 chunks of records, then a question, {max_tokens} tokens. {name} writes no "
+    return Lesson(da_id, (
+        f"{da_id}: 12 chunks of records, then a question, {max_tokens} tokens. {name} writes no "
         f"tags of its own (random weights write noise), so the director writes them: "
         f"{script or 'none'}. Steer it while it runs."))
 

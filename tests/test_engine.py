@@ -18,15 +18,15 @@ assert SCENARIO == SEED_TAGS
 
 def run(lab, prompt, tags=(), max_tokens=40):
     """Run one request alone to completion; return (tokens, per-step hook records, state)."""
-    rid = lab.add_request(prompt, tags=list(tags), max_tokens=max_tokens)
-    steps = [r for res in lab.run() if (r := res.request(rid)) is not None]
-    return lab.requests[rid]["token_ids"], steps, lab.request_state(rid), rid
+    da_id = lab.add_request(prompt, tags=list(tags), max_tokens=max_tokens)
+    steps = [r for res in lab.run() if (r := res.request(da_id)) is not None]
+    return lab.requests[da_id]["token_ids"], steps, lab.request_state(da_id), da_id
 
 
-def oracle(lab, reference, prompt, rid, state):
-    toks = lab.requests[rid]["token_ids"]
+def oracle(lab, reference, prompt, da_id, state):
+    toks = lab.requests[da_id]["token_ids"]
     return check(reference, prompt.token_ids, toks, state.mask_history, lab.block_size,
-                 forced=lab.requests[rid]["forced"])
+                 forced=lab.requests[da_id]["forced"])
 
 
 def test_blocks_read_follow_the_tags(lab):
@@ -59,8 +59,8 @@ def test_blocks_read_follow_the_tags(lab):
 
 def test_oracle_focus_local_global(lab, reference):
     prompt = lab.seed_prompt()
-    _, _, state, rid = run(lab, prompt, SCENARIO)
-    r = oracle(lab, reference, prompt, rid, state)
+    _, _, state, da_id = run(lab, prompt, SCENARIO)
+    r = oracle(lab, reference, prompt, da_id, state)
     assert r.compared >= 20
     assert r.mismatches_masked == [], (r.engine_tokens, r.masked_tokens)
     # The masks mattered: an unmasked reference disagrees, so this test can fail.
@@ -69,19 +69,19 @@ def test_oracle_focus_local_global(lab, reference):
 
 def test_oracle_focus_only(lab, reference):
     prompt = lab.seed_prompt()
-    _, steps, state, rid = run(lab, prompt, [(2, "<focus C1,C12>")], max_tokens=24)
+    _, steps, state, da_id = run(lab, prompt, [(2, "<focus C1,C12>")], max_tokens=24)
     last = steps[-1]   # scaffold + C1 and C12 (2 blocks each) + tail/response blocks 25..
     assert last.mode == "focus" and last.blocks_read == 5 + last.blocks_total - 25
-    r = oracle(lab, reference, prompt, rid, state)
+    r = oracle(lab, reference, prompt, da_id, state)
     assert r.mismatches_masked == [] and r.mismatches_unmasked
 
 
 def test_oracle_local_recent_blocks(lab, reference):
     prompt = lab.seed_prompt()
     # <local 1> keeps only the newest response block besides the scaffold and the tail.
-    _, steps, state, rid = run(lab, prompt, [(1, "<local 1>")], max_tokens=60)
+    _, steps, state, da_id = run(lab, prompt, [(1, "<local 1>")], max_tokens=60)
     assert {s.blocks_read for s in steps if s.mode == "local"} <= {2, 3}
-    r = oracle(lab, reference, prompt, rid, state)
+    r = oracle(lab, reference, prompt, da_id, state)
     assert r.mismatches_masked == [] and r.mismatches_unmasked
 
 
@@ -97,16 +97,16 @@ def test_bad_tags_are_events_not_crashes(lab):
 
 def test_abort_mid_tag_warns_and_engine_goes_on(lab):
     prompt = lab.seed_prompt()
-    rid = lab.add_request(prompt, tags=[(1, "<focus C3,C")], max_tokens=30)
+    da_id = lab.add_request(prompt, tags=[(1, "<focus C3,C")], max_tokens=30)
     other = lab.add_request(prompt, max_tokens=12)
     for _ in range(8):
         lab.step()
-    lab.abort(rid)
+    lab.abort(da_id)
     lab.run()
-    state = lab.request_state(rid)
+    state = lab.request_state(da_id)
     assert state.stream.buffer.startswith("<focus C3,C")
     assert state.events[-1]["kind"] == "aborted_mid_tag"
-    assert rid not in [s.da_id for s in lab.hook.running()]   # state dropped
+    assert da_id not in [s.da_id for s in lab.hook.running()]   # state dropped
     assert len(lab.requests[other]["token_ids"]) == 12
 
 
@@ -206,11 +206,11 @@ def test_recompute_of_masked_request_warns(lab):
     prompts = [build_prompt(lab.encode, h, chunks, tail, filler_id=filler,
                             bos_id=lab.tokenizer.bos_token_id, chunk_blocks=2)
                for h in (head, "Another " + head)]          # distinct: no shared prefix blocks
-    rids = [lab.add_request(p, tags=[(0, "<local>")], max_tokens=480) for p in prompts]
+    da_ids = [lab.add_request(p, tags=[(0, "<local>")], max_tokens=480) for p in prompts]
     recs = lab.run()
     warned = [w for rec in recs for w in rec.warnings if w["kind"] == "recompute_under_mask"]
-    assert warned and warned[0]["req"] in rids
-    assert all(len(lab.requests[r]["token_ids"]) == 480 for r in rids)
+    assert warned and warned[0]["req"] in da_ids
+    assert all(len(lab.requests[r]["token_ids"]) == 480 for r in da_ids)
 
 
 def test_overlapping_director_tags_are_refused(lab):
@@ -240,7 +240,7 @@ def test_layout_travels_with_the_request_to_another_process(lab, tmp_path):
     in-process masked run's."""
     prompt = lab.seed_prompt()
     tags = [(2, "<local>")]
-    toks, steps, _, rid = run(lab, prompt, tags, max_tokens=30)
+    toks, steps, _, da_id = run(lab, prompt, tags, max_tokens=30)
     assert any(s.blocks_read < s.blocks_total for s in steps)
     extra = {"da_layout": prompt.layout.to_dict(), "da_id": "mp",
              "da_director": [[at, lab.encode(t)] for at, t in tags]}
@@ -257,29 +257,29 @@ def test_layout_travels_with_the_request_to_another_process(lab, tmp_path):
 def test_steering_a_running_request(lab, reference):
     """A user's button: the director writes the tag from the next token on, the hook traps it."""
     prompt = lab.seed_prompt()
-    rid = lab.add_request(prompt, max_tokens=30)
+    da_id = lab.add_request(prompt, max_tokens=30)
     for _ in range(4):
         lab.step()
-    at = lab.steer(rid, "<focus C3,C7>")
+    at = lab.steer(da_id, "<focus C3,C7>")
     assert at == 4
     recs = lab.run()
-    modes = [r.request(rid).mode for r in recs if r.request(rid) and r.request(rid).hooked]
+    modes = [r.request(da_id).mode for r in recs if r.request(da_id) and r.request(da_id).hooked]
     assert modes[-1] == "focus"
-    text = lab.requests[rid]["text"]
+    text = lab.requests[da_id]["text"]
     assert "<focus C3,C7>" in text
-    state = lab.request_state(rid)
-    r = oracle(lab, reference, prompt, rid, state)
+    state = lab.request_state(da_id)
+    r = oracle(lab, reference, prompt, da_id, state)
     assert r.mismatches_masked == [] and r.mismatches_unmasked
 
 
 def test_steering_too_late_is_refused_with_a_reason(lab):
     """A tag that can't close before the request's last token would change nothing: refused."""
-    rid = lab.add_request(lab.seed_prompt(), max_tokens=8)
+    da_id = lab.add_request(lab.seed_prompt(), max_tokens=8)
     for _ in range(4):
         lab.step()
     with pytest.raises(ValueError, match="tokens left"):
-        lab.steer(rid, "<focus C3,C7>")
+        lab.steer(da_id, "<focus C3,C7>")
     lab.run()
-    assert len(lab.requests[rid]["token_ids"]) == 8
-    state = lab.request_state(rid)
-    assert not state.ever_masked and not lab.requests[rid]["forced"]   # nothing was forced
+    assert len(lab.requests[da_id]["token_ids"]) == 8
+    state = lab.request_state(da_id)
+    assert not state.ever_masked and not lab.requests[da_id]["forced"]   # nothing was forced

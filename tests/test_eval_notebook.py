@@ -51,9 +51,9 @@ def test_end_of_turn_aborts_a_request_once_it_wrote_the_token():
             self.requests["b"]["token_ids"].append(1)
             return self.steps
 
-        def abort(self, rid):
-            self.aborted.append(rid)
-            self.requests[rid]["finished"] = True
+        def abort(self, da_id):
+            self.aborted.append(da_id)
+            self.requests[da_id]["finished"] = True
 
     lab = Lab()
     w = nl_demo.EndOfTurn(lab, eos_id=7)

@@ -193,3 +193,40 @@ def test_every_test_module_is_in_one_tier():
     files = {p.stem for p in (ROOT / "tests").glob("test_*.py")}
     assert files - set(listed) == set(), "not in a tier (tests/conftest.py TIERS)"
     assert set(listed) - files == set(), "listed but no such file"
+
+
+# Names the glossary (docs/architecture.md) retired, each with the name that replaced it. The
+# results under bench/results/ are records of their day and keep the words they had.
+RETIRED = {
+    r"staging rows?": "staged row",
+    r"host rows?": "staged row",
+    r"device rows?": "committed row",
+    r"full rows?": "committed row (or staged row, for what a record keeps)",
+    r"persistent block table": "block table",
+    r"compacted": "kernel row / attention seq_len",
+    r"builder rows?": "kernel row",
+    r"kernel's row": "kernel row",
+    r"kernel_seq_len": "attn_seq_len",
+    r"built_row →|row the attention builder got": "kernel row",
+    r"\brids?\b": "da_id (the caller's) or req_id (vLLM's)",
+    r"sink \+ scaffold|scaffold \+ sink": "scaffold head",
+}
+GLOSSARY_SCOPE = ("README.md", "docs/", "da_lab/", "widgets/", "notebooks/src/", "bench/", "tools/",
+                  "tests/")
+
+
+def test_retired_names_stay_retired():
+    out = subprocess.run(["git", "ls-files", *GLOSSARY_SCOPE], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.split()
+    skip = ("bench/results/", "da_lab/hook/runners/manifests/")
+    files = [f for f in out if not f.startswith(skip) and f != "tests/test_house.py"
+             and f.endswith((".py", ".md", ".js", ".css"))]
+    assert len(files) > 100, files
+    found = []
+    for f in files:
+        text = (ROOT / f).read_text(errors="replace")
+        for pat, use in RETIRED.items():
+            for m in re.finditer(pat, text, flags=re.IGNORECASE):
+                line = text.count("\n", 0, m.start()) + 1
+                found.append(f"{f}:{line}: {m.group(0)!r} -> {use}")
+    assert not found, "retired names (docs/architecture.md's glossary):\n" + "\n".join(found)

@@ -13,8 +13,8 @@ def run_checked(lab, prev, *, abort_at: dict | None = None, seen: set | None = N
     running request lost its blocks), "cached"/"uncached" (hashes set / dropped)."""
     steps = 0
     while lab.has_unfinished():
-        for rid in (abort_at or {}).pop(steps, ()):
-            lab.abort(rid)
+        for da_id in (abort_at or {}).pop(steps, ()):
+            lab.abort(da_id)
         rec = lab.step()
         snap = kvmap.snapshot(lab._core)
         kv = kvmap.diff(prev, snap)

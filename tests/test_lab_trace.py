@@ -20,7 +20,7 @@ SHIPPED = ROOT / "traces" / "seed_cpu.jsonl.gz"
 def test_live_records_equal_reloaded_trace(lab, tmp_path, suffix):
     path = tmp_path / f"run{suffix}"
     lab.record(path)
-    rid = lab.add_request(lab.seed_prompt(), tags=SEED_TAGS, max_tokens=36)
+    da_id = lab.add_request(lab.seed_prompt(), tags=SEED_TAGS, max_tokens=36)
     other = lab.add_request(lab.seed_prompt(), tags=[(2, "<local>")], max_tokens=20)
     live = lab.run()
     lab.stop_recording()
@@ -29,9 +29,9 @@ def test_live_records_equal_reloaded_trace(lab, tmp_path, suffix):
     assert [r.to_json() for r in tr] == [json.loads(json.dumps(r.to_json())) for r in live]
     assert tr.provenance["runner"].endswith("CPUModelRunner")
     assert tr.provenance["backend"] == "CPU_ATTN" and tr.provenance["block_size"] == 32
-    assert {a["req"] for r in tr for a in r.added} == {rid, other}
+    assert {a["req"] for r in tr for a in r.added} == {da_id, other}
     df = tr.to_pandas()
-    assert set(df["req"]) == {rid, other} and (df["blocks_read"] <= df["blocks_total"]).all()
+    assert set(df["req"]) == {da_id, other} and (df["blocks_read"] <= df["blocks_total"]).all()
 
 
 def test_physical_map_and_rows_are_consistent(lab):
@@ -54,7 +54,7 @@ def test_physical_map_and_rows_are_consistent(lab):
             # blocks by then. Others' staged rows only name blocks they own.
             for bid in r.staged_row.tolist() if not r.finished else ():
                 assert r.req in kv[bid]["owners"], (rec.step, r.req, bid)
-            it = iter(r.staged_row.tolist())      # the kernel's row is a subsequence of it
+            it = iter(r.staged_row.tolist())      # the kernel row is a subsequence of it
             assert all(x in it for x in r.read_row.tolist())
             assert r.blocks_read == len(r.read_row)
     assert shared_seen

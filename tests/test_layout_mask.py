@@ -85,7 +85,7 @@ def test_decision_invariants(mode, chunks, recent, seq_len, query_len):
     n_blocks = -(-seq_len // 32)
     ks = set(k.tolist())
     assert list(k) == sorted(ks) and ks <= set(range(n_blocks))
-    assert 0 in ks and 25 in ks                               # sink/scaffold head and the tail
+    assert 0 in ks and 25 in ks                               # the scaffold head and the tail
     assert set(range((seq_len - query_len) // 32, n_blocks)) <= ks    # the queries' blocks
     if mode is Mode.GLOBAL:
         assert len(ks) == n_blocks

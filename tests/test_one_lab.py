@@ -23,11 +23,11 @@ def test_a_second_ask_with_the_same_arguments_reuses_the_running_lab_idle(lab, t
     assert not lab.has_unfinished() and lab.requests == {}
     # the same lesson as the first time: same id, same prompt, and it runs
     second = add_lesson_request(lab, max_tokens=40)
-    assert second.rid == first.rid and second.text == first.text
+    assert second.da_id == first.da_id and second.text == first.text
     recs = [lab.step() for _ in range(3)]
-    assert recs[0].added and recs[0].added[0]["req"] == second.rid
-    assert len(lab.requests[second.rid]["token_ids"]) == 3
-    lab.abort(second.rid)
+    assert recs[0].added and recs[0].added[0]["req"] == second.da_id
+    assert len(lab.requests[second.da_id]["token_ids"]) == 3
+    lab.abort(second.da_id)
 
 
 def test_other_arguments_give_another_key(lab, tiny_model):

@@ -13,10 +13,10 @@ from da_lab.checks.verdict import compare_graphs, gap_stats, score
 def run(lab):
     """The focus -> local -> global scenario on the shared Lab: prompt, tokens, forced, state."""
     prompt = lab.seed_prompt()
-    rid = lab.add_request(prompt, tags=SCENARIOS["focus_local_global"], max_tokens=40)
+    da_id = lab.add_request(prompt, tags=SCENARIOS["focus_local_global"], max_tokens=40)
     lab.run()
-    r = lab.requests[rid]
-    return prompt, list(r["token_ids"]), set(r["forced"]), lab.request_state(rid)
+    r = lab.requests[da_id]
+    return prompt, list(r["token_ids"]), set(r["forced"]), lab.request_state(da_id)
 
 
 def test_bf16_reference_agrees_with_fp32_away_from_ties(run, reference, tiny_model):
@@ -74,13 +74,13 @@ def test_teacher_forcing_reads_the_models_choice_not_the_forced_token(lab, run):
 def test_teacher_forcing_refuses_a_busy_lab(lab):
     from da_lab.engine.teacher import forced_argmax
 
-    rid = lab.add_request(lab.seed_prompt(), max_tokens=4)
+    da_id = lab.add_request(lab.seed_prompt(), max_tokens=4)
     try:
         with pytest.raises(RuntimeError, match="idle Lab"):
             forced_argmax(lab, [1, 2, 3], [4], request_id="x")
     finally:
         lab.run()
-    assert lab.requests[rid]["finished"]
+    assert lab.requests[da_id]["finished"]
 
 
 def _case(tokens, ref32, gap32, ref16, gap16, unmasked):

@@ -53,16 +53,16 @@ READ_JS = """(i) => {
 def test_every_step_draws_its_records_values(shipped, browser):
     tr, html = shipped
     page = open_page(browser, html)
-    rid = tr.records[0].added[0]["req"]
+    da_id = tr.records[0].added[0]["req"]
     bs = tr.provenance["block_size"]
     owner_colors: dict[str, str] = {}
     kv: dict[int, dict] = apply_kv_changes({}, tr.header.get("initial_kv") or {})
     for i, rec in enumerate(tr.records):
         d = page.evaluate(READ_JS, i)
-        h = rec.request(rid)
+        h = rec.request(da_id)
         assert (f"step {rec.step}: attention call" if rec.metadata is not None
                 else f"step {rec.step}: no attention metadata") in d["note"]
-        mine = [x.request(rid) for x in tr.records[: i + 1]]
+        mine = [x.request(da_id) for x in tr.records[: i + 1]]
         assert d["chart"] == [m.blocks_read for m in mine if m is not None and m.hooked]
         # the grid: free, free but prefix-cached, or its owner's colour (one per owner)
         apply_kv_changes(kv, rec.kv)

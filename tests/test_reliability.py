@@ -61,9 +61,9 @@ def test_stall_bad_requests_do_not_stop_a_good_one(lab):
            "bad-tok-neg": {"da_layout": layout, "da_director": [[1, [-5]]]},
            "bad-len": {"da_layout": dict(layout, prompt_len=805)}}
     good = lab.add_request(seed, tags=[(2, "<local>")], max_tokens=16)
-    for rid, extra in bad.items():
-        lab.engine.add_request(rid, {"prompt_token_ids": seed.token_ids}, SamplingParams(
-            temperature=0, max_tokens=8, ignore_eos=True, extra_args=dict(extra, da_id=rid)))
+    for da_id, extra in bad.items():
+        lab.engine.add_request(da_id, {"prompt_token_ids": seed.token_ids}, SamplingParams(
+            temperature=0, max_tokens=8, ignore_eos=True, extra_args=dict(extra, da_id=da_id)))
     recs = lab.run()
     assert not lab.has_unfinished()
     assert lab.requests[good]["token_ids"] == lab.requests[solo]["token_ids"]
@@ -118,15 +118,15 @@ def test_a_preemption_right_after_a_tags_close_is_flagged(lab):
 
     def run(tags, preempt_after: int | None):
         lab.llm.reset_prefix_cache()
-        rid = lab.add_request(seed, tags=tags, max_tokens=24)
-        while preempt_after is not None and len(lab.requests[rid]["token_ids"]) < preempt_after:
+        da_id = lab.add_request(seed, tags=tags, max_tokens=24)
+        while preempt_after is not None and len(lab.requests[da_id]["token_ids"]) < preempt_after:
             lab.step()
         if preempt_after is not None:
-            st = lab.request_state(rid)
+            st = lab.request_state(da_id)
             assert not st.ever_masked and (not tags or st.stream.buffer == tag[:-1])
             lab.llm.reset_prefix_cache(reset_running_requests=True)
         lab.run()
-        return lab.requests[rid]["token_ids"], lab.result(rid)
+        return lab.requests[da_id]["token_ids"], lab.result(da_id)
 
     whole, res = run([(4, tag)], None)
     assert not res["recomputed_under_mask"]

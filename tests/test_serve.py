@@ -65,17 +65,17 @@ def test_da_tokens_through_the_server_equal_the_labs(server, client, lab):
     head, chunks, _ = seed_texts()
     built = client.prompt(chunks, "What is the value of key 31?")
     assert built.token_ids == seed.token_ids and built.layout == seed.layout
-    rid = lab.add_request(seed, tags=SCENARIO, max_tokens=32)
+    da_id = lab.add_request(seed, tags=SCENARIO, max_tokens=32)
     plain = lab.add_request(seed.token_ids, max_tokens=16)
     lab.run()
     streamed = client.send(seed, tags=SCENARIO, max_tokens=32, ignore_eos=True)
     whole = client.send(seed, tags=SCENARIO, max_tokens=32, ignore_eos=True, stream=False)
-    assert streamed.token_ids == lab.requests[rid]["token_ids"] == whole.token_ids
+    assert streamed.token_ids == lab.requests[da_id]["token_ids"] == whole.token_ids
     assert streamed.tags == whole.tags == [t for _, t in SCENARIO]
     s = streamed.stats
     assert s["mode_switches"] == ["focus", "local", "global"] and s["steps"] >= 32
     assert s["masked_steps"] > 0 and s["blocks_read"] < s["blocks_total"]
-    st = lab.request_state(rid)
+    st = lab.request_state(da_id)
     bs = seed.layout.block_size
     assert s["blocks_read"] == sum(-(-n // bs) if k is None else len(k)
                                    for _q, n, k in st.mask_history)
@@ -230,8 +230,8 @@ def test_a_client_leaving_mid_tag_leaves_no_da_state(server, client, lab):
         ids = [f"leaver-{rnd}-{k}" for k in range(2)]
         bodies = [{"model": client.model, "prompt": seed.token_ids, "max_tokens": end + 8,
                    "stream": True, "ignore_eos": True, "vllm_xargs": {
-                       "da_layout": layout_to_wire(seed.layout), "da_id": rid,
-                       "da_director": director_to_wire([(start, tag)])}} for rid in ids]
+                       "da_layout": layout_to_wire(seed.layout), "da_id": da_id,
+                       "da_director": director_to_wire([(start, tag)])}} for da_id in ids]
         threads = [threading.Thread(target=_stream_then_leave, args=(server.url, b))
                    for b in bodies]
         for t in threads:
@@ -244,8 +244,8 @@ def test_a_client_leaving_mid_tag_leaves_no_da_state(server, client, lab):
         state = live_state(server.url)
         assert state["live_requests"] == 0 and state["refused_live"] == 0
         assert state["pending_outputs"] == 0 and state["unconsumed_steps"] == 0
-        for rid in ids:
-            s = httpx.get(f"{server.url}/da/requests/{rid}").json()
+        for da_id in ids:
+            s = httpx.get(f"{server.url}/da/requests/{da_id}").json()
             assert s["live"] is False, s
             inside = start < s["tokens_seen"] < end
             assert ("aborted_mid_tag" in s["flags"]) == inside, s

@@ -132,10 +132,10 @@ def test_training_history_equals_what_the_real_hook_recorded(lab):
     other = s.directive.chunks[0] % 12 + 1
     script = [(0, s.tag), (9, "<global>"), (14, f"<focus C{other},C{other % 12 + 1}>")]
     n_out = 30
-    rid = lab.add_request(s.prompt, tags=script, max_tokens=n_out)
+    da_id = lab.add_request(s.prompt, tags=script, max_tokens=n_out)
     lab.run()
-    real = lab.request_state(rid).mask_history
-    tokens = lab.requests[rid]["token_ids"]
+    real = lab.request_state(da_id).mask_history
+    tokens = lab.requests[da_id]["token_ids"]
     tags = _tags_of(tokens, T.tokens(), 12)
     assert tags[0] == (s.tag_close, s.directive)      # the task's tag closes where it says
     assert len(tags) >= 3

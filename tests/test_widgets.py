@@ -100,13 +100,13 @@ def test_the_page_gets_diagram_1s_and_3s_words(source):
 
 def test_live_each_asked_step_runs_one_engine_step_and_steering_answers(lab):
     src = LiveSource(lab)
-    rid = lab.add_request(lab.seed_prompt(n_chunks=4), max_tokens=12,
+    da_id = lab.add_request(lab.seed_prompt(n_chunks=4), max_tokens=12,
                           request_id="widgets-live")
     hook = DAHookDiagram(src.header, Highlight(), lab=lab)
     player = Player(src, [hook, BlocksDiagram(src.header)])   # draws step 0: one engine step
-    assert len(src.records) == 1 and hook.req == rid
+    assert len(src.records) == 1 and hook.req == da_id
     st = player.widget.config["state"]["steer"]
-    assert st["chunks"] == ["C1", "C2", "C3", "C4"] and st["req"] == rid
+    assert st["chunks"] == ["C1", "C2", "C3", "C4"] and st["req"] == da_id
     assert st["reasons"]["global"] and "already" in st["reasons"]["global"]
     page = Page(player)
     content, packets = page.say(type="pick", chunks=[2])
@@ -130,12 +130,12 @@ def test_live_each_asked_step_runs_one_engine_step_and_steering_answers(lab):
     assert all(isinstance(r, StepRecord) for r in src.records)
     steps = [r.step for r in src.records]
     assert steps == list(range(steps[0], steps[0] + len(steps)))
-    hs = [h for r in src.records if (h := r.request(rid)) is not None and h.hooked]
+    hs = [h for r in src.records if (h := r.request(da_id)) is not None and h.hooked]
     trapped = [e["text"] for h in hs for e in h.events if e["kind"] == "tag_trapped"]
     assert trapped == ["<focus C2>"]
     assert any(h.mode == "focus" and h.blocks_read < h.blocks_total for h in hs)
     assert len(player.step_ms) == ran + 1    # the first at creation; the last ask found none
-    assert f"{rid} has finished" in content["steer"]["why"]
+    assert f"{da_id} has finished" in content["steer"]["why"]
 
 
 def test_steering_off_with_a_reason_and_new_request_keeps_playing(lab):
@@ -145,7 +145,7 @@ def test_steering_off_with_a_reason_and_new_request_keeps_playing(lab):
         return lab.add_request(lab.seed_prompt(n_chunks=4), max_tokens=12)
 
     src = LiveSource(lab, new_request=add)
-    rid = add(lab)
+    da_id = add(lab)
     hook = DAHookDiagram(src.header, Highlight(), lab=lab)
     player = Player(src, [hook])
     page = Page(player)
@@ -161,11 +161,11 @@ def test_steering_off_with_a_reason_and_new_request_keeps_playing(lab):
     assert "the director writes <global>" in content["steer"]["status"]
     while player.step():
         pass
-    assert lab.requests[rid]["text"].count("<local>") == 1
+    assert lab.requests[da_id]["text"].count("<local>") == 1
     assert "finished" in player.note and page.sent[-1][0]["done"]
-    assert f"{rid} has finished" in hook.steering.state()["why"]
+    assert f"{da_id} has finished" in hook.steering.state()["why"]
     new = player.new_request()
-    assert new != rid and hook.req == new
+    assert new != da_id and hook.req == new
     last = page.sent[-1][0]
     assert last["play"] and "finished" not in player.note
     assert any(c.get("follow") == new for c, _ in page.sent)

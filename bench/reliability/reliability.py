@@ -72,7 +72,7 @@ def concurrent(lab, reference, n: int, max_tokens: int) -> dict:
                for k in range(4)]
     scripts = [[], [(2, "<focus C3,C7>")], [(1, "<local>")], [(3, "<local 1>"), (12, "<global>")]]
     lab.llm.reset_prefix_cache()
-    rids = [lab.add_request(prompts[k % 4], tags=scripts[(k // 4) % 4], max_tokens=max_tokens)
+    da_ids = [lab.add_request(prompts[k % 4], tags=scripts[(k // 4) % 4], max_tokens=max_tokens)
             for k in range(n)]
     steps, budget = 0, 40 * n * max_tokens
     while lab.has_unfinished() and steps < budget:
@@ -80,12 +80,12 @@ def concurrent(lab, reference, n: int, max_tokens: int) -> dict:
         steps += 1
     stalls = int(lab.has_unfinished())
     flagged = unflagged = matched = recomputed = 0
-    for k, rid in enumerate(rids):
-        res, st = lab.result(rid), lab.request_state(rid)
+    for k, da_id in enumerate(da_ids):
+        res, st = lab.result(da_id), lab.request_state(da_id)
         if not res["finished"] or st is None:
             continue
         r = check(reference, prompts[k % 4].token_ids, res["token_ids"], st.mask_history,
-                  lab.block_size, forced=lab.requests[rid]["forced"])
+                  lab.block_size, forced=lab.requests[da_id]["forced"])
         flagged += res["recomputed_under_mask"]
         recomputed += any(s > 0 and e - s > 1 for s, e, _ in st.mask_history)
         if not r.mismatches_masked:
@@ -95,9 +95,9 @@ def concurrent(lab, reference, n: int, max_tokens: int) -> dict:
     # And the cache: a plain request per prompt must equal the unmasked reference.
     cache_wrong = 0
     for p in prompts:
-        rid = lab.add_request(p, max_tokens=16)
+        da_id = lab.add_request(p, max_tokens=16)
         lab.run()
-        cache_wrong += bool(check(reference, p.token_ids, lab.requests[rid]["token_ids"], [],
+        cache_wrong += bool(check(reference, p.token_ids, lab.requests[da_id]["token_ids"], [],
                                   lab.block_size).mismatches_masked)
     return {"requests": n, "max_tokens": max_tokens, "num_blocks": lab.num_blocks,
             "steps": steps, "stalls": stalls, "matched_oracle": matched, "flagged": flagged,

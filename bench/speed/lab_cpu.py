@@ -63,7 +63,7 @@ def main():
     print(f"Lab.step(), not recording:                    {res['lab_step']:7.1f} steps/s")
     print(f"Lab.step(), recording .jsonl.gz:              {res['lab_step_recording']:7.1f} steps/s")
     print(f"trace size: {res['bytes_per_1000_steps'] / 1024:.1f} KiB per 1,000 steps "
-          f"(full rows, slot mapping, KV changes)")
+          f"(staged rows, slot mapping, KV changes)")
 
 
 if __name__ == "__main__":

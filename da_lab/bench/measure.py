@@ -86,32 +86,32 @@ class Measuring:
         tag = self.tag_ids.get(mode, [])
         max_tokens = self.spec["max_model_len"] - length
         self.counts = {}
-        rids = []
+        da_ids = []
         for i, ids in enumerate(self.prompts(context, batch, length)):
-            rid = f"{mode}-{context}-{i}"
+            da_id = f"{mode}-{context}-{i}"
             extra = None
             if self.plugin:
-                extra = {EXTRA_ID: rid, EXTRA_LAYOUT: layout.to_dict()}
+                extra = {EXTRA_ID: da_id, EXTRA_LAYOUT: layout.to_dict()}
                 if tag:
                     extra[EXTRA_DIRECTOR] = [[0, list(tag)]]
             params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
                                     detokenize=False, output_kind=output_kind("DELTA"),
                                     extra_args=extra)
-            self.engine.add_request(rid, {"prompt_token_ids": ids}, params)
+            self.engine.add_request(da_id, {"prompt_token_ids": ids}, params)
             if self.recorder is not None:
-                self.recorder.added.append({"req": rid, "prompt_len": len(ids),
+                self.recorder.added.append({"req": da_id, "prompt_len": len(ids),
                                             "max_tokens": max_tokens,
                                             "layout": layout.to_dict(), "tags": []})
-            self.counts[rid] = 0
-            rids.append(rid)
-        return rids
+            self.counts[da_id] = 0
+            da_ids.append(da_id)
+        return da_ids
 
     def measure_context(self, context: int) -> None:
         s = self.spec
         layout, length, fits = self._fitting(context, sorted(s["batches"], reverse=True))
         if not fits:
             return
-        rids = self._add_requests(context, fits[0], layout, length)
+        da_ids = self._add_requests(context, fits[0], layout, length)
         warm, tag_len = s["warmup_steps"], len(self.tag_ids["focus"])
         t_prefill, n_prefill = time.perf_counter(), 0
         try:
@@ -126,14 +126,14 @@ class Measuring:
                     self._emit(self._row(context, b, error="--max-seconds reached"))
                     continue
                 if k:
-                    gone = rids[b:]
+                    gone = da_ids[b:]
                     self.engine.abort_request(gone)
                     for r in gone:
                         self.counts.pop(r, None)
-                    rids = rids[:b]
+                    da_ids = da_ids[:b]
                     for _ in range(warm):
                         self.step()
-                row = self.measure(context, b, layout, length, rids)
+                row = self.measure(context, b, layout, length, da_ids)
                 row.update(prompt_len=length, prefill_s=round(prefill_s, 2) if not k else None,
                            prefill_steps=n_prefill if not k else None)
                 self._emit(row)
@@ -144,11 +144,11 @@ class Measuring:
                     self._emit(self._row(context, b, error=f"{type(e).__name__}: {e}",
                                          traceback=traceback.format_exc()[-2000:]))
         finally:
-            self._drain(rids)
+            self._drain(da_ids)
 
-    def _drain(self, rids: list[str]) -> None:
+    def _drain(self, da_ids: list[str]) -> None:
         """Abort this context's requests and step until the engine is empty."""
-        live = [r for r in rids if r in self.counts]
+        live = [r for r in da_ids if r in self.counts]
         if live:
             self.engine.abort_request(live)
         for _ in range(1000):
@@ -158,7 +158,7 @@ class Measuring:
             if self.recorder is not None:
                 self.recorder.skipped_steps()
         if self.plugin:
-            for r in rids:
+            for r in da_ids:
                 self.hook.forget_script(r)
             self.hook_log()
 
@@ -179,20 +179,20 @@ class Measuring:
         self.doc["t_last_window_end"] = time.time()
         return rates, toks_all, secs
 
-    def measure(self, context, batch, layout, length, rids) -> dict:
+    def measure(self, context, batch, layout, length, da_ids) -> dict:
         s = self.spec
         mode, bs, steps = s["mode"], s["block_size"], s["decode_steps"]
         repeats = int(s.get("repeats", 1))
         self.hook_log()
-        before = {r: self.counts[r] for r in rids}
+        before = {r: self.counts[r] for r in da_ids}
         rec_s = self.recorder.seconds if self.recorder is not None else None
         rates, toks, dt = self.timed_windows(steps, repeats)
         log = self.hook_log()
-        after = {r: self.counts[r] for r in rids}
+        after = {r: self.counts[r] for r in da_ids}
         # Blocks a stock engine reads: every block of each sequence (mean of window ends).
         full = sum(blocks_of(context + before[r], bs) + blocks_of(context + after[r], bs)
-                   for r in rids) / 2
-        mid_seq = context + sum(before[r] + after[r] for r in rids) / (2 * len(rids))
+                   for r in da_ids) / 2
+        mid_seq = context + sum(before[r] + after[r] for r in da_ids) / (2 * len(da_ids))
         sp = spread(rates)
         row = self._row(context, batch, decode_tok_s=sp["median"], decode_tok_s_spread=sp,
                         decode_tok_s_repeats=[round(x, 2) for x in rates], repeats=repeats,
@@ -200,14 +200,14 @@ class Measuring:
                         step_ms=round(dt / (steps * repeats) * 1e3, 3),
                         kv_blocks_full_per_step=full, seq_len_mid=round(mid_seq, 1))
         if self.plugin:
-            self._hook_fractions(row, log, layout, rids, mid_seq)
+            self._hook_fractions(row, log, layout, da_ids, mid_seq)
             if rec_s is not None:
                 row["recording_ms_per_step"] = round(
                     (self.recorder.seconds - rec_s) / max(1, steps * repeats) * 1e3, 3)
         else:
             n = length if mode == "stock_kept" else context
             read = sum(blocks_of(n + before[r], bs) + blocks_of(n + after[r], bs)
-                       for r in rids) / 2
+                       for r in da_ids) / 2
             row.update(kept_block_fraction=round(read / full, 4), kept_source="seq_len",
                        kv_blocks_read_per_step=read)
             if mode == "stock_kept":
@@ -217,14 +217,14 @@ class Measuring:
             row.update(self.profile(s["profile_steps"]))
         return row
 
-    def _hook_fractions(self, row: dict, log: list[dict], layout, rids, mid_seq) -> None:
+    def _hook_fractions(self, row: dict, log: list[dict], layout, da_ids, mid_seq) -> None:
         """The kept fraction the kernel was given, read back from the hook's step records."""
         mode = self.spec["mode"]
         row["kept_block_fraction_expected"] = round(kept_fraction(
             layout, "global" if mode == "global_recording" else mode, round(mid_seq)), 4)
         read = total = n_steps = 0
         hook_us = []
-        mine = set(rids)
+        mine = set(da_ids)
         for st in log:
             rs = [r for r in st.requests if r.req in mine and r.query_len == 1]
             if not rs:

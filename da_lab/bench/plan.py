@@ -24,7 +24,8 @@ def bench_layout(context: int, block_size: int, *, fraction: float = 0.15,
     """The Layout of a `context`-token DA prompt whose FOCUS on C2,C7 keeps ~`fraction` of the
     blocks when `response_tokens` have been generated (the middle of the timed window).
 
-    One head (sink) block, n_chunks chunks of whole blocks, a tail of 1..block_size tokens.
+    One scaffold-head block (with the sink), n_chunks chunks of whole blocks, a tail of
+    1..block_size tokens.
     Under FOCUS the kernel reads head + C2 + C7 + everything from the tail on (tail, response,
     the step's query block), so C2 and C7 are sized to make that `fraction` of all blocks; the
     other chunks share the rest evenly.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 class Recorder:
     """What `Lab.step()` does per step when recording (da_lab/engine/lab.py), with the one
-    record builder (`StepRecord.build`): collect the hook's log (full rows: the worker runs
+    record builder (`StepRecord.build`): collect the hook's log (staged rows: the worker runs
     with record_rows), update the physical KV map (kvmap.KVTracker),
     build the StepRecord and hand it to the trace writer, which encodes and compresses in a
     child process (da_lab.trace.process.ProcessTraceWriter)."""

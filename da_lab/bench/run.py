@@ -16,7 +16,7 @@ one has exited, unless --overlap-import asks otherwise. The modes:
     global       the DA hook loaded, no tag: reads every block (hook overhead only)
     focus        the hook under <focus C2,C7>, the two chunks sized so ~15% of blocks are read
     local        the hook under <local>: scaffold + tail + response only
-    global_recording   global with Lab-style recording on (full rows + a trace file per step)
+    global_recording   global with Lab-style recording on (staged rows + a trace file per step)
 
 Per row: decode tokens/s over `--repeats` (default 3) back-to-back windows of `--decode-steps`
 pure decode steps each (prefill and the director's tag steps excluded; the median is the row's

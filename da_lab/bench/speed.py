@@ -52,10 +52,10 @@ def time_modes(chunk_blocks: int = 14, steps: int = 60) -> dict:
         out = {"context_tokens": len(prompt.token_ids), "engine": lab.engine_name,
                "runner": lab.runner_class, "modes": {}}
         for name, tags in (("global", []), ("focus", [(0, "<focus C3>")])):
-            rid = lab.add_request(prompt, tags=tags, max_tokens=steps)
+            da_id = lab.add_request(prompt, tags=tags, max_tokens=steps)
             ms, read, prof, prof_ms = [], [], None, 0.0
             for rec in lab:
-                r = rec.request(rid)
+                r = rec.request(da_id)
                 if r and r.mode == name and r.query_len == 1:
                     ms.append(rec.wall_s * 1e3)
                     read.append(r.blocks_read)

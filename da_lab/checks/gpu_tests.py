@@ -78,7 +78,7 @@ def _drive(lab, prompt, max_tokens: int) -> tuple[dict, dict]:
     """The three scenarios together on `lab`; (per-request results, run facts)."""
     # logprobs=2: the engine's own top-2 gap at each position, to tell a wrong mask from a
     # bf16 near-tie where the engine and the references disagree.
-    rids = {name: lab.add_request(prompt, tags=tags, max_tokens=max_tokens, logprobs=2)
+    da_ids = {name: lab.add_request(prompt, tags=tags, max_tokens=max_tokens, logprobs=2)
             for name, tags in SCENARIOS.items()}
     steps = max_unseen = 0
     while lab.has_unfinished():
@@ -87,8 +87,8 @@ def _drive(lab, prompt, max_tokens: int) -> tuple[dict, dict]:
         for r in rec.requests:
             max_unseen = max(max_unseen, r.tokens_unseen or 0)
     reqs = {}
-    for name, rid in rids.items():
-        st, r = lab.request_state(rid), lab.requests[rid]
+    for name, da_id in da_ids.items():
+        st, r = lab.request_state(da_id), lab.requests[da_id]
         reqs[name] = {"tokens": r["token_ids"], "forced": sorted(r["forced"]),
                       "history": _history(st),
                       "engine_gap": [_top2_gap(lp) for lp in r.get("logprobs", [])],
@@ -112,9 +112,9 @@ def _teacher_force(lab, prompt, reqs: dict, eager: dict) -> None:
         e = (eager.get("requests") or {}).get(name)
         if e is not None:
             r["eager_tokens"] = e["tokens"]
-            rid = f"teacher-{name}"
-            r["forced_argmax"] = forced_argmax(lab, prompt, e["tokens"], request_id=rid)
-            r["forced_history"] = _history(lab.request_state(rid))
+            da_id = f"teacher-{name}"
+            r["forced_argmax"] = forced_argmax(lab, prompt, e["tokens"], request_id=da_id)
+            r["forced_history"] = _history(lab.request_state(da_id))
 
 
 def _history(st) -> list:

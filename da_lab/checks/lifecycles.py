@@ -12,11 +12,11 @@ def one_round(lab, prompt, short_tokens: int, size: int = 30) -> int:
     for the tag). Returns how many requests the round added."""
     batch = [lab.add_request(prompt, max_tokens=12 if k % 3 == 0 else short_tokens)
              for k in range(size)]
-    for rid in batch[::3]:
-        lab.steer(rid, "<local 1>")
-        lab.abort(rid)
+    for da_id in batch[::3]:
+        lab.steer(da_id, "<local 1>")
+        lab.abort(da_id)
     lab.step()
-    for rid in batch[1::3]:
-        lab.abort(rid)
+    for da_id in batch[1::3]:
+        lab.abort(da_id)
     lab.run()
     return len(batch)

@@ -115,9 +115,9 @@ def run() -> dict:
         doc.update(torch=_torch(), device=lab.device, runner=lab.runner_class.split(".")[-1],
                    runner_kind=lab.runner_kind)
         reqs, _ = gpu_tests._drive(lab, prompt, 40)
-        rid = lab.add_request(prompt, max_tokens=PLAIN_TOKENS)
+        da_id = lab.add_request(prompt, max_tokens=PLAIN_TOKENS)
         lab.run()
-        plain = lab.requests[rid]["token_ids"]
+        plain = lab.requests[da_id]["token_ids"]
         lap("engine run")
     except Exception as e:    # noqa: BLE001 - any failure is the check's answer
         doc["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:400]

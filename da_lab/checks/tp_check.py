@@ -155,17 +155,17 @@ def compare_ranks(logs: list[dict], engine_tokens: dict[str, list[int]]) -> dict
         if set(lg["requests"]) != set(base["requests"]):
             diffs.append(f"rank {r}: requests {sorted(lg['requests'])} vs "
                          f"{sorted(base['requests'])}")
-        for rid, st in base["requests"].items():
-            other = lg["requests"].get(rid)
+        for da_id, st in base["requests"].items():
+            other = lg["requests"].get(da_id)
             if other is not None and other != st:
-                diffs.append(f"rank {r} request {rid}: differs in "
+                diffs.append(f"rank {r} request {da_id}: differs in "
                              f"{sorted(k for k in st if st[k] != other.get(k))}")
     # Every rank's own copy of its sampled tokens is what the engine returned.
     for lg in logs:
-        for rid, toks in engine_tokens.items():
-            got = lg["requests"].get(rid, {}).get("captured")
+        for da_id, toks in engine_tokens.items():
+            got = lg["requests"].get(da_id, {}).get("captured")
             if got != toks:
-                diffs.append(f"rank {lg['rank']} request {rid}: hook saw tokens {got}, the "
+                diffs.append(f"rank {lg['rank']} request {da_id}: hook saw tokens {got}, the "
                              f"engine returned {toks}")
     recs = [rec for s in base["steps"] for rec in s["requests"]]
     masked = [sum(_masked(rec) for s in lg["steps"] for rec in s["requests"]) for lg in logs]

@@ -1,6 +1,6 @@
 """A DA prompt and its geometry in KV blocks.
 
-    [ sink + scaffold head ][ C1 ][ C2 ] ... [ Cn ][ scaffold tail (the question) ][ response ...
+    [ scaffold head (sink) ][ C1 ][ C2 ] ... [ Cn ][ scaffold tail (the question) ][ response ...
       whole blocks            whole blocks each       starts on a block boundary
 
 Chunks are whole blocks so that hiding a chunk hides whole blocks and nothing else: the block

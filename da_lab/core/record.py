@@ -162,7 +162,7 @@ class RequestStep:
 
     @property
     def kernel_row(self) -> np.ndarray | None:
-        """The compacted row the hook computed: staged_row[kept_logical]."""
+        """The kernel row the hook computed: staged_row[kept_logical]."""
         if self.staged_row is None or self.kept_logical is None:
             return self.staged_row
         return self.staged_row[self.kept_logical]

@@ -13,13 +13,13 @@ from collections import defaultdict
 from da_lab.core.wire import EXTRA_ID
 
 
-def _name(sched, rid: str) -> str:
+def _name(sched, req_id: str) -> str:
     """The caller's id of a request (the engine's own id if it carries none)."""
-    req = sched.requests.get(rid)
+    req = sched.requests.get(req_id)
     if req is None:
-        return rid
+        return req_id
     ex = req.sampling_params.extra_args if req.sampling_params is not None else None
-    return str((ex or {}).get(EXTRA_ID, rid))
+    return str((ex or {}).get(EXTRA_ID, req_id))
 
 
 def snapshot(engine_core) -> dict[int, tuple[tuple[str, ...], bool]]:
@@ -27,13 +27,13 @@ def snapshot(engine_core) -> dict[int, tuple[tuple[str, ...], bool]]:
     sched = engine_core.scheduler
     mgr = sched.kv_cache_manager
     pool = mgr.block_pool
-    names = {rid: _name(sched, rid) for rid in sched.requests}
+    names = {req_id: _name(sched, req_id) for req_id in sched.requests}
     owners: dict[int, list[str]] = defaultdict(list)
     for stm in mgr.coordinator.single_type_managers:
-        for rid, blocks in stm.req_to_blocks.items():
+        for req_id, blocks in stm.req_to_blocks.items():
             for b in blocks:
                 if not b.is_null:
-                    owners[b.block_id].append(names.get(rid, rid))
+                    owners[b.block_id].append(names.get(req_id, req_id))
     return {b.block_id: (tuple(sorted(owners.get(b.block_id, ()))), b.block_hash is not None)
             for b in pool.blocks if not b.is_null}
 
@@ -95,7 +95,7 @@ class KVTracker:
         self.map: dict[int, tuple[tuple[str, ...], bool]] = {}
         self._owners: dict[int, list[str]] = {}        # block id -> owner names, unsorted
         self._held: dict[tuple[int, str], _Held] = {}  # (manager index, request id) -> list
-        self._rids: set[str] = set()
+        self._req_ids: set[str] = set()
         self._hash_map = None
         self._full = True
         self.full_reads = 0          # updates that had to read the whole pool
@@ -117,7 +117,7 @@ class KVTracker:
         hash_map = getattr(pool, "cached_block_hash_to_block", None)
         finished = getattr(sched, "finished_req_ids", None) or ()
         full = (self._full or hash_map is not self._hash_map
-                or any(rid not in self._rids for rid in finished))
+                or any(req_id not in self._req_ids for req_id in finished))
         touched: dict[int, object] = {}     # block id -> block whose state may have changed
         if full:
             self.full_reads += 1
@@ -127,13 +127,13 @@ class KVTracker:
         owners = self._owners
         held: dict[tuple[int, str], _Held] = {}
         for g, stm in enumerate(mgr.coordinator.single_type_managers):
-            for rid, blocks in stm.req_to_blocks.items():
-                key = (g, rid)
+            for req_id, blocks in stm.req_to_blocks.items():
+                key = (g, req_id)
                 h = self._held.pop(key, None)
                 if h is None or h.blocks is not blocks:
                     if h is not None:
                         self._release(h, touched)
-                    h = _Held(blocks, _name(sched, rid))
+                    h = _Held(blocks, _name(sched, req_id))
                 held[key] = h
                 n = len(blocks)
                 for b in blocks[h.n:n]:                # appended since the last update
@@ -153,7 +153,7 @@ class KVTracker:
         for h in self._held.values():                  # freed (finished, aborted, preempted)
             self._release(h, touched)
         self._held, self._full, self._hash_map = held, False, hash_map
-        self._rids = {rid for _, rid in held}
+        self._req_ids = {req_id for _, req_id in held}
         return self._changes(touched if full else dict(sorted(touched.items())))
 
     def _release(self, h: _Held, touched: dict) -> None:

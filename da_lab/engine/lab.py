@@ -192,69 +192,69 @@ class Lab:
 
         from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
 
-        rid = request_id or f"r{len(self.requests)}-{uuid.uuid4().hex[:6]}"
-        validate.check_request_id(rid, self.requests)
+        da_id = request_id or f"r{len(self.requests)}-{uuid.uuid4().hex[:6]}"
+        validate.check_request_id(da_id, self.requests)
         ids = validate.check_prompt(prompt, self.block_size, self.max_model_len, max_tokens)
-        extra: dict = {EXTRA_ID: rid}
+        extra: dict = {EXTRA_ID: da_id}
         if isinstance(prompt, DAPrompt):
             extra[EXTRA_LAYOUT] = prompt.layout.to_dict()
         tags = sorted((int(at), str(text)) for at, text in tags)
         if tags:
             extra[EXTRA_DIRECTOR] = [[at, self.encode(text)] for at, text in tags]
             validate.check_tags(extra[EXTRA_DIRECTOR], max_tokens)
-        self.hook.forget_script(rid)   # a reused id starts without the old request's steering
-        self.requests.pop(rid, None)
+        self.hook.forget_script(da_id)   # a reused id starts without the old request's steering
+        self.requests.pop(da_id, None)
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
                                 output_kind=RequestOutputKind.DELTA, extra_args=extra,
                                 logprobs=logprobs)
-        self.engine.add_request(rid, {"prompt_token_ids": ids}, params)
+        self.engine.add_request(da_id, {"prompt_token_ids": ids}, params)
         script = [(at, len(ids), text) for (at, ids), (_, text) in
                   zip(extra.get(EXTRA_DIRECTOR, []), tags, strict=True)]
         forced = {at + k for at, n, _ in script for k in range(n)}
         # script: the director's tags for this request, (output index, tokens, text), scripted
         # at add time or steered later (Lab.steer appends).
-        self.requests[rid] = {"prompt": prompt, "token_ids": [], "text": "", "finished": False,
+        self.requests[da_id] = {"prompt": prompt, "token_ids": [], "text": "", "finished": False,
                               "forced": forced, "script": script, "max_tokens": max_tokens,
                               "flags": []}
-        self._added.append({"req": rid, "prompt_len": len(ids), "max_tokens": max_tokens,
+        self._added.append({"req": da_id, "prompt_len": len(ids), "max_tokens": max_tokens,
                             "layout": extra.get(EXTRA_LAYOUT), "tags": [list(t) for t in tags]})
-        return rid
+        return da_id
 
-    def steer(self, rid: str, tag: str) -> int:
+    def steer(self, da_id: str, tag: str) -> int:
         """Make the director write `tag` into a running request's output from the engine's next
         token on (past any tag being written); the hook then traps it like any tag the model
         wrote. Returns that output index. Raises ValueError, saying why, when the tag would not
         be written or would change nothing (engine/steering.py). (The mode never changes
         beside the stream: this only forces tokens.)"""
-        plan = steering.plan(self, rid, tag)
+        plan = steering.plan(self, da_id, tag)
         if not plan.ok:
             raise ValueError(plan.reason)
-        self.hook.steer(rid, plan.at, plan.ids)
-        r = self.requests[rid]
+        self.hook.steer(da_id, plan.at, plan.ids)
+        r = self.requests[da_id]
         r["forced"].update(range(plan.at, plan.at + len(plan.ids)))
         r["script"].append((plan.at, len(plan.ids), tag))
         return plan.at
 
-    def steer_check(self, rid: str, tag: str) -> steering.SteerPlan:
-        """What `steer(rid, tag)` would do now, without doing it: `.at`, or `.reason`."""
-        return steering.plan(self, rid, tag)
+    def steer_check(self, da_id: str, tag: str) -> steering.SteerPlan:
+        """What `steer(da_id, tag)` would do now, without doing it: `.at`, or `.reason`."""
+        return steering.plan(self, da_id, tag)
 
-    def abort(self, rid: str) -> None:
-        r = self.requests.get(rid)
+    def abort(self, da_id: str) -> None:
+        r = self.requests.get(da_id)
         if r is None:
-            raise ValueError(f"no request {rid!r} to abort (known: {len(self.requests)} "
+            raise ValueError(f"no request {da_id!r} to abort (known: {len(self.requests)} "
                              "requests; finished ones are kept only as a bounded history)")
         if not r["finished"]:
-            self.engine.abort_request([rid])
+            self.engine.abort_request([da_id])
             r["finished"] = True
-        self.hook.end(rid)
+        self.hook.end(da_id)
 
-    def result(self, rid: str) -> dict:
+    def result(self, da_id: str) -> dict:
         """A request's outcome as the user should read it: tokens, text, whether it finished,
         and its flags (e.g. `recomputed_under_mask`: vLLM preempted it while masked and
         recomputed it under its current mask, so later tokens may differ from an
         uninterrupted run; `da_refused`: it ran as plain attention)."""
-        return request_result(self.requests, rid)
+        return request_result(self.requests, da_id)
 
     # ---- stepping ------------------------------------------------------------------------
     def step(self) -> StepRecord:
@@ -296,9 +296,9 @@ class Lab:
     def run(self) -> list[StepRecord]:
         return list(self)
 
-    def request_state(self, rid: str):
+    def request_state(self, da_id: str):
         """The hook's state of a request (live or finished): events, mask history, text."""
-        return self.hook.request_state(rid)
+        return self.hook.request_state(da_id)
 
     @property
     def runner_class(self) -> str:

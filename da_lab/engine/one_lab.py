@@ -29,9 +29,9 @@ def _key(model, kwargs: dict) -> str:
 def idle(lab: Lab) -> Lab:
     """Abort what `lab` still runs and forget its finished requests: idle, as if just started
     (the engine's step counter and its prefix cache stay: they are the engine's own)."""
-    for rid, r in list(lab.requests.items()):
+    for da_id, r in list(lab.requests.items()):
         if not r["finished"]:
-            lab.abort(rid)
+            lab.abort(da_id)
     lab.requests.clear()
     return lab
 

@@ -22,18 +22,18 @@ def flag_requests(requests: dict, warnings: list[dict]) -> None:
 
 def prune_finished(requests: dict, keep: int) -> None:
     """Drop the oldest finished requests beyond `keep` (dicts keep insertion order)."""
-    done = [rid for rid, r in requests.items() if r["finished"]]
-    for rid in done[: max(0, len(done) - keep)]:
-        del requests[rid]
+    done = [da_id for da_id, r in requests.items() if r["finished"]]
+    for da_id in done[: max(0, len(done) - keep)]:
+        del requests[da_id]
 
 
-def request_result(requests: dict, rid: str) -> dict:
-    r = requests.get(rid)
+def request_result(requests: dict, da_id: str) -> dict:
+    r = requests.get(da_id)
     if r is None:
-        raise ValueError(f"no request {rid!r} (finished ones are kept only as a bounded "
+        raise ValueError(f"no request {da_id!r} (finished ones are kept only as a bounded "
                          "history)")
     kinds = {f["kind"] for f in r["flags"]}
-    return {"request_id": rid, "token_ids": list(r["token_ids"]), "text": r["text"],
+    return {"request_id": da_id, "token_ids": list(r["token_ids"]), "text": r["text"],
             "finished": r["finished"], "flags": [dict(f) for f in r["flags"]],
             "recomputed_under_mask": "recompute_under_mask" in kinds,
             "da_refused": "da_refused" in kinds}

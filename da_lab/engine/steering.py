@@ -37,12 +37,12 @@ def _describe(d: Directive) -> str:
     return f"in {str(d).upper()} mode"
 
 
-def next_index(lab, rid: str) -> int:
-    """The first output index the engine has not sampled yet for `rid`. The Lab's token count,
+def next_index(lab, da_id: str) -> int:
+    """The first output index the engine has not sampled yet for `da_id`. The Lab's token count,
     or one past what the hook last decided (async scheduling: a token still in flight)."""
-    n = len(lab.requests[rid]["token_ids"])
-    st = lab.request_state(rid)
-    if st is not None and st.da_id == rid and st.last_seq_len >= st.prompt_len:
+    n = len(lab.requests[da_id]["token_ids"])
+    st = lab.request_state(da_id)
+    if st is not None and st.da_id == da_id and st.last_seq_len >= st.prompt_len:
         n = max(n, st.last_seq_len - st.prompt_len + 1)
     return n
 
@@ -55,52 +55,52 @@ def _place(at: int, n: int, script: list[tuple[int, int, str]]) -> int:
     return at
 
 
-def _directive_at(lab, rid: str, at: int, n_chunks: int | None) -> tuple[Directive, str]:
+def _directive_at(lab, da_id: str, at: int, n_chunks: int | None) -> tuple[Directive, str]:
     """The directive in effect when a tag starting at `at` is trapped, as (directive, how to
     say so): the tag machine's current one, then every scripted tag not yet fed to it that
     starts before `at`."""
-    st = lab.request_state(rid)
+    st = lab.request_state(da_id)
     d = st.stream.directive if st is not None else Directive()
     seen = st.n_seen if st is not None else 0
-    how = f"{rid} is already {_describe(d)}"
-    for a, k, text in sorted(lab.requests[rid]["script"]):
+    how = f"{da_id} is already {_describe(d)}"
+    for a, k, text in sorted(lab.requests[da_id]["script"]):
         if a < at and a + k > seen:
             p = parse_tag(text, n_chunks)
             if isinstance(p, Directive):
                 d = p
-                how = (f"{rid} will already be {_describe(d)}: the director writes {text} "
+                how = (f"{da_id} will already be {_describe(d)}: the director writes {text} "
                        f"from token {a}")
     return d, how
 
 
-def plan(lab, rid: str, tag: str) -> SteerPlan:
-    """Where `tag` would be written into request `rid`'s output, or why it would not."""
-    r = lab.requests.get(rid)
+def plan(lab, da_id: str, tag: str) -> SteerPlan:
+    """Where `tag` would be written into request `da_id`'s output, or why it would not."""
+    r = lab.requests.get(da_id)
     if r is None:
-        return SteerPlan(None, reason=f"no running request {rid!r} to steer")
+        return SteerPlan(None, reason=f"no running request {da_id!r} to steer")
     if r["finished"]:
-        return SteerPlan(None, reason=f"no running request {rid!r} to steer: it finished "
+        return SteerPlan(None, reason=f"no running request {da_id!r} to steer: it finished "
                                       f"({len(r['token_ids'])} of {r['max_tokens']} tokens)")
     layout = getattr(r["prompt"], "layout", None)
-    if layout is None or lab.hook.refused(rid) or \
+    if layout is None or lab.hook.refused(da_id) or \
             any(f["kind"] == "da_refused" for f in r["flags"]):
         # The director writes only into requests the hook tracks (a DA layout it accepted).
-        return SteerPlan(None, reason=f"request {rid!r} runs without DA (no layout, or the "
+        return SteerPlan(None, reason=f"request {da_id!r} runs without DA (no layout, or the "
                                       "hook refused it): there is nothing to steer")
     n_chunks = layout.n_chunks if layout is not None else None
     new = parse_tag(tag, n_chunks)
     if not isinstance(new, Directive):
         return SteerPlan(None, reason=f"{tag!r} is not a tag the hook acts on: {new.detail}")
     ids = lab.encode(tag)
-    at = _place(next_index(lab, rid), len(ids), r["script"])
+    at = _place(next_index(lab, da_id), len(ids), r["script"])
     # The mode changes the step after '>': a tag that can't close before the last token
     # would be half-written and change nothing.
     room = r["max_tokens"] - at - 1
     if len(ids) > room:
-        return SteerPlan(None, ids, f"request {rid!r} has {max(room, 0)} tokens left after "
+        return SteerPlan(None, ids, f"request {da_id!r} has {max(room, 0)} tokens left after "
                                     f"its next one; {tag} needs {len(ids)} and one more step "
                                     "to take effect")
-    now, how = _directive_at(lab, rid, at, n_chunks)
+    now, how = _directive_at(lab, da_id, at, n_chunks)
     if now == new:
         return SteerPlan(None, ids, f"{how}; {tag} would change nothing")
     return SteerPlan(at, ids)

@@ -75,9 +75,9 @@ def check_tags(script: list, max_tokens: int) -> None:
                              f"{len(tag_ids)} tokens long, the next starts at {b}")
 
 
-def check_request_id(rid, requests: dict) -> None:
-    if not isinstance(rid, str) or not rid:
-        raise ValueError(f"request_id must be a non-empty str, not {rid!r}")
-    r = requests.get(rid)
+def check_request_id(da_id, requests: dict) -> None:
+    if not isinstance(da_id, str) or not da_id:
+        raise ValueError(f"request_id must be a non-empty str, not {da_id!r}")
+    r = requests.get(da_id)
     if r is not None and not r["finished"]:
-        raise ValueError(f"request_id {rid!r} is still running; abort it or pick another id")
+        raise ValueError(f"request_id {da_id!r} is still running; abort it or pick another id")

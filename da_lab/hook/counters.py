@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from da_lab.core.tags import Mode
 
 # Upper bounds (seconds) of the hook-time-per-step histogram: tens of microseconds unmasked,
-# a few hundred masked (DESIGN.md §3), milliseconds only when something is wrong.
+# a few hundred masked (docs/benchmarks.md), milliseconds only when something is wrong.
 HOOK_BUCKETS_S = (25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1)
 MALFORMED_KINDS = ("malformed_tag", "unknown_chunk")
 WARNING_KINDS = ("da_refused", "aborted_mid_tag", "recompute_under_mask")

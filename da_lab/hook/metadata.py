@@ -9,12 +9,12 @@ Every entry that builds attention metadata, and what happens there:
   update_block_table             used only to share metadata across several KV-cache groups,
                                  which the hook refuses at start (check_groups); raises if reached
   build_for_drafting             speculative decoding, refused at start (check_specs)
-  cascade (common_prefix_len>0)  refused in build: one compacted row can't express it
+  cascade (common_prefix_len>0)  refused in build: one kernel row can't express it
 
-CPU vs GPU: on the CPU runner the "device" block table *is* the staging array, so the edit is
-copy-on-write. On CUDA, FULL CUDA graphs replay kernels that read the persistent block table
+CPU vs GPU: on the CPU runner the committed row *is* the staged row (one array), so the edit is
+copy-on-write. On CUDA, FULL CUDA graphs replay kernels that read the block table
 and seq_lens at fixed addresses — new tensors would be silently ignored — so the edit is made
-in place, after slot mapping was computed from the full rows, and seq_lens are restored once
+in place, after slot mapping was computed from the committed rows, and seq_lens are restored once
 the forward is queued (the V2 sampler reads them; the next step rebuilds the block table).
 """
 
@@ -96,17 +96,17 @@ def use_fields(fields: dict[str, tuple[str, str]]) -> None:
 
 
 def _follow(cm, out, n: int, new_seq: np.ndarray) -> None:
-    """Every field derived from seq_lens follows the compacted seq_lens (see cm_fields.py)."""
+    """Every field derived from seq_lens follows the attention seq_lens (see cm_fields.py)."""
     for name, (how, why) in _FIELDS.items():
         val = getattr(cm, name, None)
         if how == "none" and val is not None:
             raise DAUnsupported(f"CommonAttentionMetadata.{name} is set ({why}); the DA edit "
-                                "can't compact rows for it")
+                                "can't shorten rows for it")
         if val is None:
             continue
         if how == "seq":
             setattr(out, name, _cpu_copy(val, n, new_seq))
-        elif how == "shift":        # seq_len - query_len, with the compacted seq_len
+        elif how == "shift":        # seq_len - query_len, with the attention seq_len
             q = np.diff(cm.query_start_loc_cpu.numpy()[: n + 1])
             setattr(out, name, _cpu_copy(val, n, new_seq[:n] - q))
         elif how == "clear":

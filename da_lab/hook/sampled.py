@@ -63,7 +63,7 @@ def drain(wait: bool = False) -> None:
         if ev is not None:
             ev.synchronize()
         toks = host.tolist()
-        for rid, i in rows:
-            st = TRACKER.requests.get(rid)
+        for req_id, i in rows:
+            st = TRACKER.requests.get(req_id)
             if st is not None:
                 st.captured.append(int(toks[i]))

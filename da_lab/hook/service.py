@@ -48,7 +48,7 @@ class Service:
         self._states: dict = {}           # req_id -> RequestState at the last step's end
 
     def start(self) -> None:
-        """Serve mode: step records only when traced (full rows cost time at long contexts)."""
+        """Serve mode: step records only when traced (staged rows cost time at long contexts)."""
         if self.on:
             return
         self.on = True
@@ -87,7 +87,7 @@ class Service:
         live = t.requests
         self.counters.requests += sum(1 for r in live if r not in self._states)
         for req_id, st in self._states.items():
-            if req_id not in live:                  # ended since the last step: settle it
+            if req_id not in live:                  # ended since the last step: feed its rest
                 self.counters.add_events(self.feed_rest(st))
         self._states = dict(live)
         self.counters.add_warnings(report.warnings + SESSION.new_warnings())

@@ -50,7 +50,7 @@ class Session:
     # ---- configuration and what runs --------------------------------------------------------
     def configure(self, *, record_rows: bool | None = None, keep_finished: int | None = None,
                   keep_warnings: int | None = None) -> None:
-        """record_rows: keep full rows and the metadata bundle in each record (what traces
+        """record_rows: keep the staged rows and the metadata bundle in each record (what traces
         and diagrams need; costly at long contexts). keep_*: the bounded histories' sizes."""
         if record_rows is not None:
             self._t.record_rows = record_rows
@@ -96,14 +96,14 @@ class Session:
         ended = list(ended)
         sampled.drain(wait=bool(ended))    # every queued token of a request that ended
         steps = self._t.reset_log()
-        for rid in ended:
+        for ended_id in ended:
             try:
-                st = self._t.requests.get(rid) if engine_ids else self.request_state(rid)
+                st = self._t.requests.get(ended_id) if engine_ids else self.request_state(ended_id)
                 faults.check("after_step", (st.da_id,) if st is not None else ())
-                (self._t.end_request if engine_ids else self._t.end)(rid)
+                (self._t.end_request if engine_ids else self._t.end)(ended_id)
             except Exception as e:   # noqa: BLE001 - only this request's account pays
-                self._t.hook_error("ending a request", e, [rid] if engine_ids else None)
-                (self._t.end_request if engine_ids else self._t.end)(rid)
+                self._t.hook_error("ending a request", e, [ended_id] if engine_ids else None)
+                (self._t.end_request if engine_ids else self._t.end)(ended_id)
         return StepReport(steps, self.new_warnings())
 
     def new_warnings(self) -> list[dict]:
@@ -170,8 +170,8 @@ class Session:
             if ev is not None:
                 ev.synchronize()
             toks = host.tolist()
-            for rid, i in rows:
-                pending.setdefault(rid, []).append(int(toks[i]))
+            for req_id, i in rows:
+                pending.setdefault(req_id, []).append(int(toks[i]))
         reqs = {st.da_id: {
             "events": st.events,
             "mask_history": [[int(a), int(b), None if k is None else [int(x) for x in k]]

@@ -32,7 +32,7 @@ class Tracker:
         self.tokenizer = None            # a `tokenizers.Tokenizer`, loaded on first use
         self.vocab_size = 0
         self.tokenizer_path: str | None = None
-        self.record_rows = True          # keep full rows + metadata in step records
+        self.record_rows = True          # keep staged rows + metadata in step records
         self.steps: list[HookStep] = []  # one entry per metadata build with DA requests
         self.unsettled: list = []        # callables completing steps' records (settle())
         # Ended requests, by da_id, for the caller to collect (events, mask history); bounded
@@ -137,31 +137,31 @@ class Tracker:
         touched (`req_ids`; None: every DA request, when the step's work can't be pinned on
         one) run as plain attention from now on, a `hook_error` warning says why, and the
         engine steps on. Never raises."""
-        rids = list(self.requests) if req_ids is None else [r for r in req_ids
-                                                             if r in self.requests]
+        hit = list(self.requests) if req_ids is None else [r for r in req_ids
+                                                            if r in self.requests]
         detail = f"{where}: {type(err).__name__}: {err}"
         log.warning("da_lab: the DA hook failed in %s; DA is off for %d request(s), which run "
-                    "as plain attention", detail, len(rids))
+                    "as plain attention", detail, len(hit))
         self._warn({"kind": "hook_error", "req": None, "step": self.step_index, "text": "",
                     "detail": detail})
-        for rid in rids:
-            self.refuse(rid, self.requests[rid].da_id, err)
+        for req_id in hit:
+            self.refuse(req_id, self.requests[req_id].da_id, err)
 
     def drop_missing(self, live: set[str] | dict) -> None:
         """Forget requests the runner no longer holds (finished or aborted)."""
-        for rid in [r for r in self.refused if r not in live]:
-            del self.refused[rid]
-        for rid in [r for r in self.requests if r not in live]:
-            self._end(rid)
+        for req_id in [r for r in self.refused if r not in live]:
+            del self.refused[req_id]
+        for req_id in [r for r in self.requests if r not in live]:
+            self._end(req_id)
 
     def end(self, da_id: str) -> None:
         """The caller saw request `da_id` finish or aborted it: move its state to `finished`
         now rather than at the runner's next step (which may never come)."""
         self.end_script(da_id)
-        for rid in [r for r, st in self.requests.items() if st.da_id == da_id]:
-            self._end(rid)
-        for rid in [r for r, d in self.refused.items() if d == da_id]:
-            del self.refused[rid]
+        for req_id in [r for r, st in self.requests.items() if st.da_id == da_id]:
+            self._end(req_id)
+        for req_id in [r for r, d in self.refused.items() if d == da_id]:
+            del self.refused[req_id]
 
     def end_request(self, req_id: str) -> None:
         """vLLM finished or aborted the engine request `req_id` (one prompt of one client: ids
@@ -173,8 +173,8 @@ class Tracker:
                 self.end_script(da_id)
         self.refused.pop(req_id, None)
 
-    def _end(self, rid: str) -> None:
-        st = self.requests.pop(rid)
+    def _end(self, req_id: str) -> None:
+        st = self.requests.pop(req_id)
         if st.stream.buffer:
             self._event(st, {"kind": "aborted_mid_tag", "text": st.stream.buffer,
                              "detail": "request ended with a partial tag in its buffer"})
@@ -249,15 +249,15 @@ class Tracker:
         sampling: list[tuple[str, int]] = []
         reqs: list[str] = []
         self._detok = 0.0
-        for i, rid in enumerate(req_ids):
-            st = self.track(rid, extra[i]) if extra[i] is not None else self.requests.get(rid)
+        for i, req_id in enumerate(req_ids):
+            st = self.track(req_id, extra[i]) if extra[i] is not None else self.requests.get(req_id)
             if st is None:
                 continue
             try:
                 rec, kept, tok = self._request_step(st, i, outputs[i], int(seq_lens[i]),
                                                     int(query_lens[i]), staged)
             except Exception as e:   # noqa: BLE001 - isolate: only this request pays
-                self.refuse(rid, st.da_id, e)
+                self.refuse(req_id, st.da_id, e)
                 continue
             if rec.kept_logical is not None:
                 if new_seq is None:
@@ -266,11 +266,11 @@ class Tracker:
                 rows.append(i)
                 kepts.append(kept)
             if rec.seq_len >= st.prompt_len:
-                sampling.append((rid, i))
+                sampling.append((req_id, i))
             if tok is not None:
                 forced.append((i, tok))
             record.append(rec)
-            reqs.append(rid)
+            reqs.append(req_id)
         elapsed = time.perf_counter() - t0
         if not record:
             return None
@@ -325,7 +325,7 @@ class Tracker:
                           max(0, out_index - st.n_seen), st.events[n_events:],
                           kept_logical=kept if masked else None)
         if self.record_rows:
-            # A numpy copy: the runner reuses its staging rows.
+            # A numpy copy: the runner reuses its staged rows' arrays.
             rec.staged_row = staged(i)[:n_blocks].copy()
         return rec, kept, tok
 

@@ -40,16 +40,16 @@ def request_blocks(runner) -> dict[str, tuple[int, ...]]:
     reqs = getattr(runner, "requests", None)
     out: dict[str, tuple[int, ...]] = {}
     if isinstance(reqs, dict):
-        for rid, rs in reqs.items():
+        for req_id, rs in reqs.items():
             sp = getattr(rs, "sampling_params", None)
-            name = str(((sp.extra_args if sp is not None else None) or {}).get(EXTRA_ID, rid))
+            name = str(((sp.extra_args if sp is not None else None) or {}).get(EXTRA_ID, req_id))
             ids = rs.block_ids[0] if getattr(rs, "block_ids", None) else ()
             out[name] = tuple(int(b) for b in ids)
         return out
     mirror = getattr(getattr(runner, "block_tables", None), "_da_rows", {})
     index = getattr(getattr(runner, "req_states", None), "req_id_to_index", {})
-    for rid, idx in index.items():
-        st = TRACKER.requests.get(rid)
+    for req_id, idx in index.items():
+        st = TRACKER.requests.get(req_id)
         if st is not None and idx in mirror:
             out[st.da_id] = tuple(int(b) for b in mirror[idx])
     return out

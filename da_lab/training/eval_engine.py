@@ -77,37 +77,37 @@ def run_batch(lab, runs: list[Run], max_tokens: int) -> dict[str, RunOut]:
     if lab.has_unfinished():
         raise RuntimeError("the eval needs an idle Lab (it has unfinished requests)")
     stamp = time.perf_counter_ns()
-    by_rid: dict[str, RunOut] = {}
+    by_id: dict[str, RunOut] = {}
     keys: dict[str, str] = {}
     for k, run in enumerate(runs):
-        rid = f"eval-{stamp}-{k}"
+        da_id = f"eval-{stamp}-{k}"
         extra = None
         if run.layout is not None:
-            extra = {EXTRA_ID: rid, EXTRA_LAYOUT: run.layout}
+            extra = {EXTRA_ID: da_id, EXTRA_LAYOUT: run.layout}
             if run.script:
                 extra[EXTRA_DIRECTOR] = run.script
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens,
                                 output_kind=output_kind("FINAL_ONLY"), extra_args=extra)
-        lab.engine.add_request(rid, {"prompt_token_ids": list(run.prompt_ids)}, params)
-        by_rid[rid], keys[rid] = RunOut(), run.key
+        lab.engine.add_request(da_id, {"prompt_token_ids": list(run.prompt_ids)}, params)
+        by_id[da_id], keys[da_id] = RunOut(), run.key
     lab.hook.new_warnings()       # what the eval's runs raise, from here on
     warnings: list[dict] = []
     while lab.engine.has_unfinished_requests():
         outs = lab.engine.step()
         report = lab.hook.after_step([o.request_id for o in outs
-                                      if o.finished and o.request_id in by_rid])
+                                      if o.finished and o.request_id in by_id])
         for r in report.requests:
-            if r.req in by_rid:
-                by_rid[r.req].rows.append(r)
+            if r.req in by_id:
+                by_id[r.req].rows.append(r)
         warnings += report.warnings
         for o in outs:
-            if o.finished and o.request_id in by_rid:
-                by_rid[o.request_id].text = o.outputs[0].text
+            if o.finished and o.request_id in by_id:
+                by_id[o.request_id].text = o.outputs[0].text
     for w in warnings:
-        out = by_rid.get(w.get("req")) if isinstance(w, dict) else None
+        out = by_id.get(w.get("req")) if isinstance(w, dict) else None
         if out is not None and w.get("kind") not in out.flags:
             out.flags.append(w["kind"])
-    return {keys[rid]: out for rid, out in by_rid.items()}
+    return {keys[da_id]: out for da_id, out in by_id.items()}
 
 
 def trapped_from(rows: list) -> list:

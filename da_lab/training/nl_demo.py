@@ -65,9 +65,9 @@ class EndOfTurn:
 
     def step(self):
         rec = self._lab.step()
-        for rid, r in list(self._lab.requests.items()):
+        for da_id, r in list(self._lab.requests.items()):
             if not r["finished"] and self.eos_id in r["token_ids"]:
-                self._lab.abort(rid)
+                self._lab.abort(da_id)
         return rec
 
     def __getattr__(self, name):
@@ -108,14 +108,14 @@ def record_example(path: str | Path, index: int = 0, max_tokens: int = 64) -> di
     lab = EndOfTurn(Lab(model_path("smollm2-da"), num_blocks=64))
     try:
         lab.record(path)
-        rid = lab.add_request(prompt, max_tokens=max_tokens, request_id="smollm2-da")
+        da_id = lab.add_request(prompt, max_tokens=max_tokens, request_id="smollm2-da")
         t0, steps = time.perf_counter(), 0
         while lab.has_unfinished():
             lab.step()
             steps += 1
         wall = time.perf_counter() - t0
         lab.stop_recording()
-        text = lab.requests[rid]["text"]
+        text = lab.requests[da_id]["text"]
     finally:
         lab.shutdown()
     return {"trace": str(path), "question": ex["question"], "expected": ex["expected"],

@@ -41,7 +41,7 @@ print("seq_lens the kernel got:", m.seq_lens.tolist(),
 
 # %% [markdown]
 # ## What you can now explain
-# - Why KV writes (slot mapping) must see the full row while reads see a compacted one.
+# - Why KV writes (slot mapping) must see the committed row while reads see the kernel row.
 # - Why the hook acts at the builder and not between `append_row()` and `commit()`.
 # - Which values the kernel really receives at each step.
 

@@ -38,7 +38,7 @@ from da_lab_widgets import BlocksDiagram, DAHookDiagram, Highlight, LiveSource, 
 sample = task.held_out(3)[2]
 print(sample.prompt.tail.strip())
 lab = one_lab(model_path(MODEL))
-rid = lab.add_request(sample.prompt, max_tokens=len(sample.response_ids), request_id="self-tag")
+da_id = lab.add_request(sample.prompt, max_tokens=len(sample.response_ids), request_id="self-tag")
 source = LiveSource(lab)
 highlight = Highlight()
 hook = DAHookDiagram(source.header, highlight, lab=lab)
@@ -57,11 +57,11 @@ while player.step():
     pass
 # The request's last record with hook state (on a GPU the engine's final, asynchronous step
 # only returns the last token).
-r = [q for rec in source.records for q in rec.requests if q.req == rid and q.hooked][-1]
-trapped = [e["text"] for e in lab.request_state(rid).events if e["kind"] == "tag_trapped"]
+r = [q for rec in source.records for q in rec.requests if q.req == da_id and q.hooked][-1]
+trapped = [e["text"] for e in lab.request_state(da_id).events if e["kind"] == "tag_trapped"]
 check(PREDICT, trapped[0] if trapped else "(no tag)", "the tag it wrote",
       f"the task's answer: {sample.tag} {sample.answer}")
-print("wrote:", repr(lab.requests[rid]["text"]))
+print("wrote:", repr(lab.requests[da_id]["text"]))
 print(f"mode {r.mode}, blocks read {r.blocks_read} of {r.blocks_total}")
 
 # %% [markdown]

@@ -57,10 +57,10 @@ def on_ask(_=None):
             if not r["finished"]:
                 lab.abort(old)
         state["n"] = state.get("n", 0) + 1
-        rid = lab.add_request(prompt, max_tokens=64, request_id=f"question-{state['n']}")
+        da_id = lab.add_request(prompt, max_tokens=64, request_id=f"question-{state['n']}")
         source = LiveSource(lab)
-        hook = DAHookDiagram(source.header, Highlight(), req=rid, lab=lab)
-        state.update(rid=rid, prompt=prompt, source=source, player=Player(source, [hook]))
+        hook = DAHookDiagram(source.header, Highlight(), req=da_id, lab=lab)
+        state.update(da_id=da_id, prompt=prompt, source=source, player=Player(source, [hook]))
         print(f"{prompt.layout.n_chunks} documents, {prompt.layout.prompt_len} tokens in "
               f"{-(-prompt.layout.prompt_len // 32)} blocks: press ▶")
         display(state["player"].widget)
@@ -79,14 +79,14 @@ on_ask()
 PREDICT = None          # e.g. "<focus C2>"
 from da_lab.predict import check
 
-player, rid = state["player"], state["rid"]
+player, da_id = state["player"], state["da_id"]
 while player.step():
     pass
-trapped = [e["text"] for e in lab.request_state(rid).events if e["kind"] == "tag_trapped"]
+trapped = [e["text"] for e in lab.request_state(da_id).events if e["kind"] == "tag_trapped"]
 check(PREDICT, trapped[0] if trapped else "(no tag)", "the tag it wrote")
 last = [q for rec in state["source"].records for q in rec.requests
-        if q.req == rid and q.hooked][-1]
-print("reply:", nl_demo.reply(lab.requests[rid]["text"]))
+        if q.req == da_id and q.hooked][-1]
+print("reply:", nl_demo.reply(lab.requests[da_id]["text"]))
 print(f"mode {last.mode}: the kernel read {last.blocks_read} of {last.blocks_total} blocks")
 
 # %% [markdown]
@@ -98,14 +98,14 @@ from da_lab.training.task import first_tag
 
 prompt = state["prompt"]
 n = prompt.layout.n_chunks
-chosen, _ = first_tag(lab.requests[rid]["text"], n)
+chosen, _ = first_tag(lab.requests[da_id]["text"], n)
 named = chosen.chunks if chosen is not None and chosen.chunks else (n,)
 wrong = f"<focus C{named[0] % n + 1}>"              # the next document: not the one it chose
 rid_wrong = lab.add_request(prompt, tags=[(0, wrong)], max_tokens=64,
-                            request_id=f"{rid}-wrong-tag")
+                            request_id=f"{da_id}-wrong-tag")
 while lab.has_unfinished():
     lab.step()
-print("its own tag :", nl_demo.reply(lab.requests[rid]["text"]))
+print("its own tag :", nl_demo.reply(lab.requests[da_id]["text"]))
 print("forced wrong:", nl_demo.reply(lab.requests[rid_wrong]["text"]))
 
 # %% [markdown]

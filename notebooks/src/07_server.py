@@ -72,12 +72,12 @@ from da_lab_widgets.metadata_path import MetadataPathDiagram
 source = TraceSource(TRACE, follow=True)
 # One request through every diagram: the one the server ran the most steps of.
 ran = Counter(q.req for rec in source.records for q in rec.requests if q.hooked)
-rid = ran.most_common(1)[0][0]
-print(f"following {rid}: {ran[rid]} of the trace's {len(source.records)} steps "
+da_id = ran.most_common(1)[0][0]
+print(f"following {da_id}: {ran[da_id]} of the trace's {len(source.records)} steps "
       f"({len(ran)} requests ran)")
 highlight = Highlight()
-diagrams = [DAHookDiagram(source.header, highlight, req=rid),
-            BlocksDiagram(source.header, highlight, req=rid),
+diagrams = [DAHookDiagram(source.header, highlight, req=da_id),
+            BlocksDiagram(source.header, highlight, req=da_id),
             MetadataPathDiagram(source.header, highlight)]
 player = Player(source, diagrams)
 player.widget
@@ -90,8 +90,8 @@ PREDICT = None          # a number
 from da_lab.predict import check
 
 after = [q.blocks_read for rec in source.records for q in rec.requests
-         if q.req == rid and q.hooked and q.mode == "focus"]
-check(PREDICT, after[0] if after else "(no FOCUS step)", f"the blocks {rid} read after its tag",
+         if q.req == da_id and q.hooked and q.mode == "focus"]
+check(PREDICT, after[0] if after else "(no FOCUS step)", f"the blocks {da_id} read after its tag",
       f"then {after[-1]} at its last step: its response grew" if after and after[-1] != after[0]
       else "")
 while (player.i or 0) < 10 and player.step():

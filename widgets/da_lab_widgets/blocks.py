@@ -2,10 +2,10 @@
 
 One request's view of paged attention, one engine step at a time: its logical blocks coloured
 by DA region, the staged block-table row (BlockTable.append_row: logical -> physical), the
-device row commit() copies it to, the row the attention builder got (kept blocks first, the
-hidden ones greyed), and the physical KV cache coloured by owner. Every number is read from the
-step in the page, decoded from the StepRecord (packets.py); hovering a block pulses its
-physical block in every diagram of the page.
+committed row commit() copies it to, the kernel row as the attention builder read it (kept
+blocks first, the hidden ones greyed), and the physical KV cache coloured by owner. Every
+number is read from the step in the page, decoded from the StepRecord (packets.py); hovering
+a block pulses its physical block in every diagram of the page.
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ travels the boxes carrying the step's real values (the step record's); the stage
 vLLM's.
 
 Why the hook sits at the builder's build() call and not between append_row() and commit(), as
-a first sketch drew it: on CPU the staging row *is* the device row (commit copies nothing),
-so editing it would corrupt the persistent block table; and slot_mapping, computed from the
-committed row, must keep the full row so KV writes land where they always do. The hook hands
-build() a copy with compacted rows and shortened seq_lens: only the reads change.
+a first sketch drew it: on CPU the staged row *is* the committed row (commit copies nothing),
+so editing it would corrupt the block table; and slot_mapping, computed from the
+committed row, must see all of it so KV writes land where they always do. The hook hands
+build() a copy with kernel rows and attention seq_lens: only the reads change.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass
 CAPTION = (
     "The DA hook is the only edit. vLLM's real intercept point is the builder's build() call, "
     "not between append_row() and commit(), where it seems to belong at first: on CPU the "
-    "staging row is the device row (commit copies nothing), so editing it would corrupt the "
-    "persistent block table, and slot_mapping is computed from the committed row and must keep "
-    "the full row. The hook hands build() a copy with compacted rows and shortened seq_lens: "
+    "staged row is the committed row (commit copies nothing), so editing it would corrupt the "
+    "block table, and slot_mapping is computed from the committed row and must see all "
+    "of it. The hook hands build() a copy with kernel rows and attention seq_lens: "
     "only the reads change. Attention impl from the run's skeleton.")
 
 
@@ -59,9 +59,9 @@ class MetadataPathDiagram:
             Stage("scheduler", "SchedulerOutput", "which requests run, how many tokens each",
                   "req ids,\nnew blocks"),
             Stage("block_table", "BlockTable", "append_row(): stage; commit(): the row the "
-                  "device reads", "full row,\nseq_lens"),
+                  "device reads", "the rows,\nseq_lens"),
             Stage("hook", "DA hook", "wraps the builder's .build() call: the only edit",
-                  "copy,\ncompacted"),
+                  "copy: kernel\nrows"),
             Stage("builder", "MetadataBuilder", f".build() → {self.backend} attention metadata",
                   "metadata"),
             Stage("context", "set_forward_context", "metadata visible to every layer's forward",

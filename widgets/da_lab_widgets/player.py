@@ -160,13 +160,13 @@ class Player:
             self.note = f"could not add a request: {e}"
             self.send(note=self.note)
             return None
-        rid = getattr(made, "rid", made)
+        da_id = getattr(made, "da_id", made)
         recs = self.source.records
-        self.follow(rid)
+        self.follow(da_id)
         self.goto(len(recs))             # one engine step: the request is scheduled and drawn
         self.note = str(made)
         self.send(note=self.note, play=True)
-        return rid
+        return da_id
 
     def follow(self, req: str) -> None:
         """Every diagram that follows one request follows `req` from its next drawing on."""

@@ -60,7 +60,7 @@ class LiveSource:
 
     def __init__(self, lab, new_request=None) -> None:
         """`new_request(lab)`, if given, adds a request to the Lab and returns its id (or an
-        object with `.rid` whose str() describes it): the player's "new request" button."""
+        object with `.da_id` whose str() describes it): the player's "new request" button."""
         self.lab = lab
         self._new_request = new_request
         # The same header a recording made now would carry (Lab.record writes these three).

@@ -1,7 +1,7 @@
 """How the DA edit treats every field of vLLM's CommonAttentionMetadata, per release.
 
 The edit (metadata.apply) hands the builder a copy whose read path covers only the kept blocks.
-Any field derived from seq_lens must follow, or a backend plans its kernels from the full row.
+Any field derived from seq_lens must follow, or a backend plans its kernels from the committed row.
 So every field is classified here, and the static test (tests/test_vllm_manifests.py) checks
 that the classified set equals each release's dataclass fields: a field vLLM adds is a failing
 test until someone decides what it means for DA. At runtime `live.check_cm_fields` compares the
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from da_lab.hook.runners.needs import in_range
 
-EDIT = "edit"        # the read path the edit rewrites: compacted rows, shortened seq_lens
-MAX = "max"          # the largest compacted seq_len
-SEQ = "seq"          # a CPU copy (or upper bound) of seq_lens: set to the compacted seq_lens
+EDIT = "edit"        # the read path the edit rewrites: kernel rows, attention seq_lens
+MAX = "max"          # the largest attention seq_len
+SEQ = "seq"          # a CPU copy (or upper bound) of seq_lens: set to the attention seq_lens
 SHIFT = "shift"      # seq_len - query_len on the CPU: lowered by the hidden tokens
 CLEAR = "clear"      # a cache computed from seq_lens on first use: cleared
 KEEP = "keep"        # does not depend on which blocks are read
@@ -30,7 +30,7 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "max_query_len": (KEEP, "", "query tokens"),
     "max_seq_len": (MAX, "", "FA3's scheduler plans splits from it"),
     "block_table_tensor": (EDIT, "", "kept blocks first, in order"),
-    "slot_mapping": (KEEP, "", "the KV *write* path: must see the full row"),
+    "slot_mapping": (KEEP, "", "the KV *write* path: must see the committed row"),
     "causal": (KEEP, "", ""),
     "logits_indices_padded": (KEEP, "", "sampling side"),
     "num_logits_indices": (KEEP, "", "sampling side"),

@@ -23,7 +23,7 @@ _BUILD = need(BUILDER + ".build")
 def install(version: str) -> None:
     """What every runner relies on (needs.py: common, metadata, prefix cache, service), checked
     on the live classes; the edit learns how this release's CommonAttentionMetadata fields
-    follow the compacted rows (cm_fields.py)."""
+    follow the kernel rows (cm_fields.py)."""
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
     live.check(needs_for(version, ("common", "metadata", "prefix_cache", "service")),
@@ -34,7 +34,7 @@ def install(version: str) -> None:
 
 
 def check_specs(vllm_config, specs: dict) -> None:
-    """Refuse, before any memory is planned, what one compacted row per request can't express."""
+    """Refuse, before any memory is planned, what one kernel row per request can't express."""
     from vllm.v1.kv_cache_interface import FullAttentionSpec
 
     name = vllm_config.model_config.model

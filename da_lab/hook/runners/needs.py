@@ -63,7 +63,7 @@ def _n(who, symbol, kind="function", **kw) -> Need:
 NEEDS: tuple[Need, ...] = (
     # runners/common.py: start-up refusals and who runs
     _n("common", "vllm.v1.kv_cache_interface:FullAttentionSpec", "class",
-       why="the one KV-cache kind a compacted row can express"),
+       why="the one KV-cache kind a kernel row can express"),
     _n("common", "vllm.v1.kv_cache_interface:KVCacheConfig.kv_cache_groups", "attribute"),
     _n("common", "vllm.config.vllm:VllmConfig.speculative_config", "attribute"),
     _n("common", "vllm.config.parallel:ParallelConfig.decode_context_parallel_size",
@@ -200,7 +200,7 @@ DIFFERENCES: tuple[Difference, ...] = (
     Difference("CommonAttentionMetadata private CPU copies", "0.26.0..0.29.0",
                _ev(CM + "._seq_lens_cpu", "attribute"),
                "the edit rewrites _seq_lens_cpu and shifts _num_computed_tokens_cpu with the "
-               "compacted seq_lens (cm_fields.py)"),
+               "attention seq_lens (cm_fields.py)"),
     Difference("CommonAttentionMetadata.req_idx", "0.30.0..0.33.0",
                _ev(CM + ".req_idx", "attribute"),
                "batch row -> request slot; the edit keeps rows in place, so it stands"),
@@ -209,7 +209,7 @@ DIFFERENCES: tuple[Difference, ...] = (
                "sampling-side (speculative decoding); untouched"),
     Difference("builder hook requires_block_table_width", "0.27.0..0.33.0",
                _ev(BUILDER + ".requires_block_table_width", "attribute"),
-               "sizes the builder's persistent table; a compacted row is never wider"),
+               "sizes the builder's persistent table; a kernel row is never wider"),
     Difference("builder hook update_draft_decode_metadata", "0.28.0..0.33.0",
                _ev(BUILDER + ".update_draft_decode_metadata"),
                "speculative decoding only, refused at start"),

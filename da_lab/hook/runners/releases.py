@@ -102,7 +102,7 @@ def _cascade(version: str) -> bool:
 
 def engine_kwargs(version: str | None) -> dict:
     """LLM(...) settings a DA engine needs on `version`: no cascade attention where it exists
-    (a shared-prefix kernel can't take one compacted row per request)."""
+    (a shared-prefix kernel can't take one kernel row per request)."""
     return {"disable_cascade_attn": True} if version and _cascade(version) else {}
 
 

@@ -1,11 +1,11 @@
 """The DA hook on vLLM's v1 model runner (`v1/worker/gpu_model_runner.py`; the CPU runner
 subclasses it; on GPU 0.26 it runs with VLLM_USE_V2_MODEL_RUNNER=0).
 
-Where it acts, and why there (see DESIGN.md §3):
+Where it acts, and why there (docs/vllm-internals.md §3):
   _update_states -> BlockTable.append_row (staged rows) -> _prepare_inputs -> commit_block_table
-  -> compute_slot_mapping (KV *writes*: must see the full row, so we leave it alone)
+  -> compute_slot_mapping (KV *writes*: must see the committed row, so we leave it alone)
   -> _build_attention_metadata -> builder.build(common_prefix_len, CommonAttentionMetadata)
-                                   ^ the DA edit (metadata.py): compacted rows, shorter seq_lens
+                                   ^ the DA edit (metadata.py): kernel rows, attention seq_lens
   -> forward -> sample_tokens -> _sample (the director overrides scripted rows' samples)
 The wrapper around `_build_attention_metadata` decides once per step; the builder wrapper
 applies the decision; the `_sample` wrapper forces director tokens and copies the DA rows'
@@ -52,17 +52,17 @@ def _decide(runner, num_reqs: int, num_scheduled_tokens: dict[str, int]):
     if not TRACKER.requests and not any(_extra(runner.requests[r]) for r in req_ids):
         return None
     outputs, extra = [], []
-    for rid in req_ids:
-        rs = runner.requests[rid]
-        ex = None if rid in TRACKER.requests else _extra(rs)
+    for req_id in req_ids:
+        rs = runner.requests[req_id]
+        ex = None if req_id in TRACKER.requests else _extra(rs)
         if ex is not None:    # first sight: build its state, checked against the real prompt
             n = len(rs.prompt_token_ids) if rs.prompt_token_ids is not None else None
-            ex = None if TRACKER.track(rid, ex, n) is None else ex
-        known = rid in TRACKER.requests
+            ex = None if TRACKER.track(req_id, ex, n) is None else ex
+        known = req_id in TRACKER.requests
         extra.append(ex)
         # The hook's own copy of the sampled tokens (sampled.after_sampling): the runner's
         # output_token_ids are -1 placeholders under async scheduling.
-        outputs.append(TRACKER.requests[rid].captured if known else ([] if ex else None))
+        outputs.append(TRACKER.requests[req_id].captured if known else ([] if ex else None))
     seq = runner.optimistic_seq_lens_cpu[:num_reqs].numpy()
     q = np.fromiter((num_scheduled_tokens[r] for r in req_ids), dtype=np.int64, count=num_reqs)
     staged = ib.block_table[0].get_numpy_array()

@@ -1,10 +1,12 @@
 // Diagram 2 — blocks, the block table and the physical KV cache, for the request followed:
 //   (a) its logical blocks coloured by DA region; the last one filled to seq_len;
-//   (b) the staged row, BlockTable.append_row's host (CPU numpy) row: logical -> physical;
-//       a block new this step lands in it;
-//   (b') the device block table, after commit() copies the host row (on a CPU the same memory);
-//   (c) the row the attention builder got (built_row): kept blocks first, then the hidden ones
-//       greyed — the kernel reads only the coloured part; it moves as it shrinks and grows;
+//   (b) the staged row (BlockTable.append_row, a CPU numpy array on the host): logical ->
+//       physical; a block new this step lands in it;
+//   (b') the committed row, after commit() copies the staged row to the device (on a CPU the
+//       same memory);
+//   (c) the kernel row as the attention builder read it (read_row): kept blocks first, then
+//       the hidden ones greyed — the kernel reads only the coloured part; it moves as it
+//       shrinks and grows;
 //   (d) the physical KV cache, one cell per block, coloured by owner.
 // Every number comes from the step (store.js). Hover a block anywhere: its physical block
 // pulses in every diagram of the page that shows it.
@@ -39,11 +41,11 @@ export class BlocksDiagram extends Diagram {
     const v2 = (this.run.header.provenance || {}).runner_kind === "v2";
     const rows = [
       ["logical", "(a) logical blocks", "coloured by DA region"],
-      ["staged", v2 ? "(b) staged writes" : "(b) staged row", v2
+      ["staged", "(b) staged row", v2
         ? "append_block_ids() · host" : "append_row() · host (CPU numpy)"],
-      ["device", "(b′) device block table", cpu ? "commit(): same memory on the CPU"
+      ["device", "(b′) committed row", cpu ? "commit(): same memory on the CPU"
         : "commit(): host → device copy"],
-      ["kernel", "(c) built_row → kernel", "DA hook's copy: kept first"],
+      ["kernel", "(c) kernel row", "as the builder read it: kept first"],
     ];
     this.strips = {};
     this.rowLabels = {};
@@ -55,7 +57,7 @@ export class BlocksDiagram extends Diagram {
       s("text", { x: 4, y: y + 26, "font-size": SMALL, fill: "#555", text: sub }, svg);
       this.strips[key] = new Strip(svg, { x: LEFT, y, w: plotW, h: ROW_H, name: key });
     });
-    // commit(): the host row copied to the device, drawn as a band moving down each step
+    // commit(): the staged row copied to the device, drawn as a band moving down each step
     const yb = TOP + PITCH + ROW_H, yd = TOP + 2 * PITCH;
     s("path", { d: `M ${LEFT - 12} ${yb + 2} L ${LEFT - 12} ${yd - 2}`, stroke: "#777",
                 "stroke-width": 1.5, "marker-end": "url(#da-arrow)" }, svg);
@@ -132,7 +134,7 @@ export class BlocksDiagram extends Diagram {
       + `${hh.blocks_read} blocks, attention seq_len ${hh.attn_seq_len}`;
     this.rowLabels.logical.textContent = `(a) logical blocks · ${total}`;
     this.rowLabels.staged.textContent = `${this.rowLabels.staged.textContent.split(" ·")[0]} · ${ns}`;
-    this.rowLabels.kernel.textContent = `(c) built_row → kernel · reads ${read.length}`;
+    this.rowLabels.kernel.textContent = `(c) kernel row · reads ${read.length}`;
     const key = { req: v.req, total, staged, read, kept, slots };
     if (!sameRows(key, this.rowsKey)) {
       this.rowsKey = key;
@@ -251,7 +253,7 @@ export class BlocksDiagram extends Diagram {
     const reg = (lb) => (lb === null || lb === undefined ? "" : this.view.region(lb));
     if (key === "logical") return `logical ${j} (${reg(j)}) → physical ${b.id}`;
     if (key === "staged") return `staged[${j}] = physical ${b.id} (logical ${j}, ${reg(j)})`;
-    if (key === "device") return `device row[${j}] = physical ${b.id} (committed from the host row)`;
+    if (key === "device") return `committed row[${j}] = physical ${b.id} (commit() of the staged row)`;
     return `kernel row ${j}: physical ${b.id} (logical ${b.lb ?? "–"}, ${reg(b.lb)}): `
       + (b.read ? "read" : "hidden, not read");
   }

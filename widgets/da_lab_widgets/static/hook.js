@@ -96,7 +96,7 @@ export class HookDiagram extends Diagram {
     const seen = new Map();
     for (let j = 0; j < v.slots; j++) if (!seen.has(v.region(j))) seen.set(v.region(j), v.color(j));
     const cs = [...seen].filter(([r]) => r.startsWith("C")).map(([, c]) => sw(c)).join("");
-    this.keyEl.innerHTML = `${sw(seen.get("scaffold") || seen.get("prompt") || "#ccc")} S scaffold + sink · `
+    this.keyEl.innerHTML = `${sw(seen.get("scaffold") || seen.get("prompt") || "#ccc")} S scaffold head · `
       + `${cs} chunks ${chunks} · ${sw(seen.get("tail") || "#ccc")} Q question (scaffold tail) · `
       + `${sw(seen.get("response") || "#ccc")} R response · ${sw(MASKED)} masked (hidden from the kernel this step)`;
     this.noteEl.innerHTML = ((this.session.state.notes || {})[this.req]) || (this.cfg.notes || {})[this.req] || "";
@@ -119,8 +119,8 @@ export class HookDiagram extends Diagram {
     band("model", "model code (untouched)", `forward of ${q} new token${q !== 1 ? "s" : ""} at `
       + `positions ${seq - q}…${seq - 1}; the model never sees DA`);
     band("hook", "metadata path + DA hook", `directive <b>${esc(directiveText(hh.directive))}</b>: `
-      + `staged row ${hh.blocks_total} blocks → builder row ${hh.blocks_read} blocks; seq_len ${seq}`
-      + ` → ${attn}; slot mapping keeps the full row`, hh.blocks_read < hh.blocks_total);
+      + `staged row ${hh.blocks_total} blocks → kernel row ${hh.blocks_read} blocks; seq_len ${seq}`
+      + ` → ${attn}; slot mapping keeps the committed row`, hh.blocks_read < hh.blocks_total);
     band("kernel", kernel, `reads ${hh.blocks_read} of ${hh.blocks_total} blocks (${attn} tokens)`);
   }
 

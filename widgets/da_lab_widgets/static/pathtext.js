@@ -22,8 +22,8 @@ export function stepValues(rec) {
     if (h.row < full.length) full[h.row] = h.seq_len;
     const staged = h.staged_row ? Array.from(h.staged_row) : [];
     reqs.push({ req: h.req, row: h.row, mode: h.mode, seq_len: h.seq_len,
-                kernel_seq_len: h.built_seq_len ?? h.attn_seq_len, query_len: h.query_len,
-                staged, built: h.kernel_row ? Array.from(h.kernel_row) : [],
+                attn_seq_len: h.built_seq_len ?? h.attn_seq_len, query_len: h.query_len,
+                staged, kernel_row: h.kernel_row ? Array.from(h.kernel_row) : [],
                 blocks_staged: staged.length || h.blocks_total, blocks_read: h.blocks_read });
   }
   const sm = md ? md.slot_mapping : [];
@@ -45,9 +45,9 @@ function body(key, v, impl, nAttn) {
       + `seq_len ${r.seq_len}`).join("\n");
   }
   if (key === "hook") {
-    return reqs.map((r) => `${r.req} (${r.mode}): seq_len ${r.seq_len} → ${r.kernel_seq_len}\n`
-      + `row ${r.blocks_staged} → ${r.blocks_read} blocks ${short(r.built)}`
-      + (r.seq_len === r.kernel_seq_len ? "  (unchanged)" : "")).join("\n");
+    return reqs.map((r) => `${r.req} (${r.mode}): seq_len ${r.seq_len} → ${r.attn_seq_len}\n`
+      + `row ${r.blocks_staged} → ${r.blocks_read} blocks ${short(r.kernel_row)}`
+      + (r.seq_len === r.attn_seq_len ? "  (unchanged)" : "")).join("\n");
   }
   if (key === "builder") {
     return `query_start_loc ${short(v.qsl)}\nseq_lens ${short(v.kernel)} (full: ${short(v.full)})\n`
@@ -59,7 +59,7 @@ function body(key, v, impl, nAttn) {
   }
   if (key === "layer") return `${plural(v.sm.length, "new token")} of q, k, v per layer → ${impl}`;
   return reqs.map((r) => `${r.req}: reads ${r.blocks_read} of ${r.blocks_staged} blocks `
-    + `(${r.kernel_seq_len} of ${r.seq_len} tokens)`).join("\n")
+    + `(${r.attn_seq_len} of ${r.seq_len} tokens)`).join("\n")
     + `\nwrites KV at slots ${short(v.sm)}`;
 }
 
@@ -80,7 +80,7 @@ export function valuesText(v, impl) {
     + `(${(v.shape || []).join(", ")}) · slot_mapping ${short(v.sm)} (${v.sm.length} slots)`];
   for (const r of v.requests.slice(0, MAX_REQS)) {
     out.push(`${r.req}: blocks staged ${r.blocks_staged} ${short(r.staged, 10)} · blocks read `
-      + `${r.blocks_read} ${short(r.built, 10)}`);
+      + `${r.blocks_read} ${short(r.kernel_row, 10)}`);
   }
   if (v.requests.length > MAX_REQS) out.push(`… and ${v.requests.length - MAX_REQS} more requests`);
   return out.join("\n");
@@ -92,7 +92,7 @@ export function blockNote(v, b) {
     const j = r.staged.indexOf(b);
     if (j >= 0) {
       parts.push(`${r.req}: logical block ${j}, `
-        + (r.built.includes(b) ? "read by the kernel" : "HIDDEN from the kernel"));
+        + (r.kernel_row.includes(b) ? "read by the kernel" : "HIDDEN from the kernel"));
     }
   }
   return `physical block ${b}: ${parts.length ? parts.join("; ") : "not in any row this step"}`;
