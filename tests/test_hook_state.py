@@ -139,3 +139,21 @@ def test_tokens_reach_the_tag_machine_after_a_fixed_lag_even_when_copies_land_ea
     # With it, one step later — even though every copy here has already landed: a rank whose
     # copy happens to land sooner must not decide differently from one whose copy is late.
     assert _drained_after(1) == [[], [], [10], [10, 11]]
+
+
+def test_a_fault_ending_a_request_the_runner_dropped_stays_with_it(tiny_model, monkeypatch):
+    """The runner may drop a finished request before the after-step sees vLLM finish it (the
+    batch steps on): that ending takes the same guard, so a failure there refuses that request
+    alone and the one beside it ends as usual."""
+    from da_lab.hook import faults
+
+    monkeypatch.setenv(faults.ENV, "1")
+    t, _, extra = tracker(tiny_model, [])
+    t.track("r1", dict(extra, **{EXTRA_ID: "fault-after_step-1"}))
+    t.track("r2", dict(extra, **{EXTRA_ID: "plain"}))
+    assert set(t.requests) == {"r1", "r2"}
+    t.drop_missing(set())                       # the runner holds neither any more
+    assert not t.requests and "plain" in t.finished and "fault-after_step-1" not in t.finished
+    refused = [w for w in t.warnings if w["kind"] == "da_refused"]
+    assert [w["req"] for w in refused] == ["fault-after_step-1"]
+    assert "fault injected at after_step" in refused[0]["detail"]

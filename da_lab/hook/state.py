@@ -148,11 +148,20 @@ class Tracker:
             self.refuse(req_id, self.requests[req_id].da_id, err)
 
     def drop_missing(self, live: set[str] | dict) -> None:
-        """Forget requests the runner no longer holds (finished or aborted)."""
+        """Forget requests the runner no longer holds (finished or aborted). This ends a
+        request when the runner drops it before the after-step sees vLLM finish it (a batch
+        that steps on), so it is the same ending with the same guard: a failure refuses that
+        request alone."""
         for req_id in [r for r in self.refused if r not in live]:
             del self.refused[req_id]
         for req_id in [r for r in self.requests if r not in live]:
-            self._end(req_id)
+            try:
+                faults.check("after_step", (self.requests[req_id].da_id,))
+                self._end(req_id)
+            except Exception as e:   # noqa: BLE001 - only this request's account pays
+                self.hook_error("ending a request", e, [req_id])
+                if req_id in self.requests:
+                    self._end(req_id)
 
     def end(self, da_id: str) -> None:
         """The caller saw request `da_id` finish or aborted it: move its state to `finished`
