@@ -157,3 +157,19 @@ def test_a_fault_ending_a_request_the_runner_dropped_stays_with_it(tiny_model, m
     refused = [w for w in t.warnings if w["kind"] == "da_refused"]
     assert [w["req"] for w in refused] == ["fault-after_step-1"]
     assert "fault injected at after_step" in refused[0]["detail"]
+
+
+def test_a_fault_ending_a_request_by_its_da_id_refuses_it_alone(tiny_model, monkeypatch):
+    """The Lab ends requests by the caller's id: a failure there refuses that request only
+    (vLLM's ids it runs under), not every DA request in the batch."""
+    from da_lab.hook import faults
+    from da_lab.hook.session import Session
+
+    monkeypatch.setenv(faults.ENV, "1")
+    t, _, extra = tracker(tiny_model, [])
+    t.track("r1", dict(extra, **{EXTRA_ID: "fault-after_step-1"}))
+    t.track("r2", dict(extra, **{EXTRA_ID: "plain"}))
+    report = Session(t).after_step(["fault-after_step-1"])
+    assert set(t.requests) == {"r2"} and "r2" not in t.refused
+    refused = [w for w in report.warnings if w["kind"] == "da_refused"]
+    assert [w["req"] for w in refused] == ["fault-after_step-1"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from da_lab.core.record import RequestStep
-from da_lab.hook import faults, sampled
+from da_lab.hook import sampled
 from da_lab.hook.context import HookStep
 from da_lab.hook.request import RequestState
 from da_lab.hook.state import TRACKER, Tracker
@@ -97,13 +97,15 @@ class Session:
         sampled.drain(wait=bool(ended))    # every queued token of a request that ended
         steps = self._t.reset_log()
         for ended_id in ended:
-            try:
-                st = self._t.requests.get(ended_id) if engine_ids else self.request_state(ended_id)
-                faults.check("after_step", (st.da_id,) if st is not None else ())
-                (self._t.end_request if engine_ids else self._t.end)(ended_id)
-            except Exception as e:   # noqa: BLE001 - only this request's account pays
-                self._t.hook_error("ending a request", e, [ended_id] if engine_ids else None)
-                (self._t.end_request if engine_ids else self._t.end)(ended_id)
+            if engine_ids:
+                st = self._t.requests.get(ended_id)
+                self._t.end_guarded(st.da_id if st else None, [ended_id],
+                                    lambda r=ended_id: self._t.end_request(r))
+            else:
+                known = self.request_state(ended_id) is not None
+                req_ids = [r for r, s in self._t.requests.items() if s.da_id == ended_id]
+                self._t.end_guarded(ended_id if known else None, req_ids,
+                                    lambda d=ended_id: self._t.end(d))
         return StepReport(steps, self.new_warnings())
 
     def new_warnings(self) -> list[dict]:

@@ -150,18 +150,23 @@ class Tracker:
     def drop_missing(self, live: set[str] | dict) -> None:
         """Forget requests the runner no longer holds (finished or aborted). This ends a
         request when the runner drops it before the after-step sees vLLM finish it (a batch
-        that steps on), so it is the same ending with the same guard: a failure refuses that
-        request alone."""
+        that steps on), so it takes the after-step's guard (`end_guarded`)."""
         for req_id in [r for r in self.refused if r not in live]:
             del self.refused[req_id]
         for req_id in [r for r in self.requests if r not in live]:
-            try:
-                faults.check("after_step", (self.requests[req_id].da_id,))
-                self._end(req_id)
-            except Exception as e:   # noqa: BLE001 - only this request's account pays
-                self.hook_error("ending a request", e, [req_id])
-                if req_id in self.requests:
-                    self._end(req_id)
+            self.end_guarded(self.requests[req_id].da_id, [req_id],
+                             lambda r=req_id: r in self.requests and self._end(r))
+
+    def end_guarded(self, da_id: str | None, req_ids: list[str], end) -> None:
+        """One request's ending (`end()`) under the after-step's guard, fault site
+        after_step: if it fails, that request alone (`req_ids`, vLLM's ids) is refused with a
+        hook_error warning, and `end()` finishes the ending; the other requests end as usual."""
+        try:
+            faults.check("after_step", (da_id,) if da_id is not None else ())
+            end()
+        except Exception as e:   # noqa: BLE001 - only this request's account pays
+            self.hook_error("ending a request", e, req_ids)
+            end()
 
     def end(self, da_id: str) -> None:
         """The caller saw request `da_id` finish or aborted it: move its state to `finished`
