@@ -315,3 +315,27 @@ def test_training_mask_equals_the_oracle_mask_of_the_hook_history(tok, samples):
         targets = b["targets"][k]
         assert (targets[: P - 1] == -100).all()
         assert ((targets[P - 1: n - 1] >= 0) == list(s.written)).all()
+
+
+def test_training_only_facts_never_answer_an_eval_question():
+    """GK_TRAINING widens what training answers from the model's own knowledge; it must not
+    teach a held-out or hand-written local question's answer (or its question)."""
+    import json
+    from pathlib import Path
+
+    from da_lab.training import nl_local as L
+    from da_lab.training import nl_words as W
+
+    held = [(q, v) for q, _, v in W.split(L.GK, True)]
+    hand = [json.loads(line) for line in Path("bench/data/handwritten-prompts.jsonl")
+            .read_text().splitlines() if line.strip()]
+    held += [(r["question"], a) for r in hand if not r["needs"] for a in r["answer"]]
+    norm = N.normalise
+    train_q = {norm(q) for q, _, _ in L.GK_TRAINING}
+    train_v = {norm(v) for _, _, v in L.GK_TRAINING}
+    for q, v in held:
+        assert norm(q) not in train_q and norm(v) not in train_v, (q, v)
+    assert all(v in r for _, r, v in L.GK_TRAINING)
+    rng = G.rng_for(3, 0, 0)
+    asked = {norm(L.local_question(rng, True)[0]) for _ in range(400)}
+    assert not asked & train_q

@@ -5,7 +5,8 @@
 # shipped (previous) delta on the same prompts without the base model and ablations.
 #   bench/models/smollm2_gpu.sh train    # -> $G/train.log, $G/smollm2-da/{delta.safetensors,training.json}
 #   bench/models/smollm2_gpu.sh eval     # -> $G/eval-new.json, $G/eval-old.json, $G/eval.log
-# BUDGET (train seconds, default 370), LR (default 8e-4), WARMUP (steps, default 20); OLD=0
+# BUDGET (train seconds, default 370), LR (default 8e-4), WARMUP (steps, default 20), MIX
+# (p_local,p_multi of training samples, default nl_gen.TRAIN_MIX); OLD=0
 # skips the previous delta's run, BASE=0 the base model's (it does not change with the delta:
 # its figures stand from an earlier run).
 # Runs from a copy of the repository's da_lab (cd there first); G=/tmp/g26 by default.
@@ -18,6 +19,7 @@ case "$1" in
 train)
     python -m da_lab.training.finetune --device cuda --seed "${SEED:-11}" \
         --init da_lab/assets/smollm2-da/delta.safetensors --lr "${LR:-8e-4}" --warmup "${WARMUP:-20}" \
+        ${MIX:+--mix "$MIX"} \
         --time-budget-s "${BUDGET:-370}" --eval-n 96 --probe-n 32 --eval-every 120 \
         --out "$G/smollm2-da" > "$G/train.log" 2>&1
     touch "$G/train.done" ;;

@@ -1,7 +1,11 @@
 """Questions that need no document (the reply writes `<local>`): arithmetic, general
 knowledge, chit-chat and rewriting. Each is (question, reply, expected values); values are what
 an answer must name (none for chit-chat). General knowledge and chit-chat are split like every
-pool (every third item held out), so held-out prompts ask things training never asked."""
+pool (every third item held out), so held-out prompts ask things training never asked.
+GK_TRAINING adds facts training alone draws from: more facts to answer from the model's own
+knowledge, so it learns that skill rather than twenty replies (issue 26: "Thursday comes after
+Monday"). None shares an answer with a held-out GK item or a local question of
+bench/data/handwritten-prompts.jsonl; a test checks it."""
 
 from __future__ import annotations
 
@@ -44,6 +48,58 @@ GK = (
     ("What is the plural of mouse?", "The plural of mouse is mice.", "mice"),
     ("What is the plural of child?", "The plural of child is children.", "children"),
 )
+
+GK_TRAINING = tuple((q, r, v) for q, v, r in (
+    ("What is the capital of Poland?", "Warsaw", "The capital of Poland is Warsaw."),
+    ("What is the capital of Sweden?", "Stockholm", "The capital of Sweden is Stockholm."),
+    ("What is the capital of Ireland?", "Dublin", "The capital of Ireland is Dublin."),
+    ("What is the capital of Canada?", "Ottawa", "The capital of Canada is Ottawa."),
+    ("What is the capital of Kenya?", "Nairobi", "The capital of Kenya is Nairobi."),
+    ("What is the capital of Russia?", "Moscow", "The capital of Russia is Moscow."),
+    ("What is the capital of China?", "Beijing", "The capital of China is Beijing."),
+    ("What is the capital of Peru?", "Lima", "The capital of Peru is Lima."),
+    ("What is the capital of Finland?", "Helsinki", "The capital of Finland is Helsinki."),
+    ("What is the capital of Denmark?", "Copenhagen", "The capital of Denmark is Copenhagen."),
+    ("What is the capital of Hungary?", "Budapest", "The capital of Hungary is Budapest."),
+    ("How many seconds are there in a minute?", "60", "There are 60 seconds in a minute."),
+    ("How many weeks are there in a year?", "52", "There are 52 weeks in a year."),
+    ("How many days are there in a leap year?", "366", "A leap year has 366 days."),
+    ("How many legs does a dog have?", "4", "A dog has 4 legs."),
+    ("How many legs does a bird have?", "2", "A bird has 2 legs."),
+    ("How many wheels does a bicycle have?", "2", "A bicycle has 2 wheels."),
+    ("How many sides does a square have?", "4", "A square has 4 sides."),
+    ("How many sides does a pentagon have?", "5", "A pentagon has 5 sides."),
+    ("How many sides does an octagon have?", "8", "An octagon has 8 sides."),
+    ("How many players does a football team have on the field?", "11",
+     "A football team has 11 players on the field."),
+    ("How many things are in a dozen?", "12", "A dozen is 12 things."),
+    ("How many grams are there in a kilogram?", "1000", "There are 1000 grams in a kilogram."),
+    ("What colour is snow?", "white", "Snow is white."),
+    ("What colour is coal?", "black", "Coal is black."),
+    ("What colour is a ripe tomato?", "red", "A ripe tomato is red."),
+    ("What is the first month of the year?", "January", "January is the first month of the "
+     "year."),
+    ("What is the last month of the year?", "December", "December is the last month of the "
+     "year."),
+    ("Which month comes after June?", "July", "July comes after June."),
+    ("Which month comes before December?", "November", "November comes before December."),
+    ("What is the opposite of up?", "down", "The opposite of up is down."),
+    ("What is the opposite of fast?", "slow", "The opposite of fast is slow."),
+    ("What is the opposite of early?", "late", "The opposite of early is late."),
+    ("What is the opposite of wet?", "dry", "The opposite of wet is dry."),
+    ("What is the plural of foot?", "feet", "The plural of foot is feet."),
+    ("What is the plural of tooth?", "teeth", "The plural of tooth is teeth."),
+    ("What is the plural of man?", "men", "The plural of man is men."),
+    ("What is the plural of goose?", "geese", "The plural of goose is geese."),
+    ("What is the plural of person?", "people", "The plural of person is people."),
+    ("Which is the largest planet?", "Jupiter", "Jupiter is the largest planet."),
+    ("Which planet do we live on?", "Earth", "We live on the planet Earth."),
+    ("What do bees make?", "honey", "Bees make honey."),
+    ("Which gas do we need to breathe?", "oxygen", "We need oxygen to breathe."),
+    ("Which animal is called the king of the jungle?", "lion", "The lion is called the king "
+     "of the jungle."),
+    ("What is frozen water called?", "ice", "Frozen water is called ice."),
+))
 
 CHAT = (
     ("Hello! How are you today?", "I am fine, thank you. How can I help you?"),
@@ -113,7 +169,7 @@ def local_question(rng, heldout: bool) -> tuple[str, str, list[str]]:
     if u < 0.35:
         return _arith(rng)
     if u < 0.6:
-        q, r, v = V.pick(rng, W.split(GK, heldout))
+        q, r, v = V.pick(rng, W.split(GK, heldout) + (() if heldout else GK_TRAINING))
         return q, r, [v]
     if u < 0.8:
         q, r = V.pick(rng, W.split(CHAT, heldout))
