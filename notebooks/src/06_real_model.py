@@ -110,18 +110,18 @@ print("forced wrong:", nl_demo.reply(lab.requests[rid_wrong]["text"]))
 
 # %% [markdown]
 # ## The eval table
-# `da-lab eval --model smollm2-da --n N --ablations` runs generated prompts (600–6,000 tokens, 4–32 documents) of the training domains, or with `--domains heldout` of the 8 domains held out of training, and `--prompts FILE.jsonl` your own documents (`bench/data/handwritten-prompts.jsonl` is 66 written by hand), through the same engine and hook: the model's own tag, its answer under DA, the same model with every block visible, the *base* model with a plain instruction prompt (what you would do without DA), and the two ablations — a wrong tag forced, and the right tag with the needed document hidden. Both ablations should collapse toward chance: the answer comes from the blocks read after the tag, not from the tag's KV. The shipped delta's committed runs (H200, 2026-12-03: training domains, held-out domains and hand-written side by side; the base model, which no delta changes, was measured once on the same prompts in the 2026-12-02 run: 0.18–0.19; docs/models.md has every run):
+# `da-lab eval --model smollm2-da --n N --ablations` runs generated prompts (600–6,000 tokens, 4–32 documents) of the training domains, or with `--domains heldout` of the 8 domains held out of training, and `--prompts FILE.jsonl` your own documents (`bench/data/handwritten-prompts.jsonl` is 66 written by hand), through the same engine and hook: the model's own tag, its answer under DA, the same model with every block visible, the *base* model with a plain instruction prompt (what you would do without DA), and the two ablations — a wrong tag forced, and the right tag with the needed document hidden. Both ablations should collapse toward chance: the answer comes from the blocks read after the tag, not from the tag's KV. The shipped delta's committed runs (H200, 2026-12-03b: training domains, held-out domains and hand-written side by side; the base model, which no delta changes, was measured once on the same prompts in the 2026-12-02 run: 0.18–0.19; docs/models.md has every run):
 
 # %%
 import glob
 import json
 import pandas as pd
 
-files = sorted(glob.glob("../bench/results/eval-smollm2-h200-2026-12-03-*.json"))
+files = sorted(glob.glob("../bench/results/eval-smollm2-h200-2026-12-03b-*.json"))
 pd.DataFrame(nl_demo.eval_summary(files)).set_index("file").T
 
 # %% [markdown]
-# What it still can't do well: domains it never saw are answered 0.852 of the time against 0.932 in the training domains; two documents at once — it names the right pair 0.89–0.95 of the time, but on held-out domains the answer is right only 0.68 of the time (with the right pair read, a person's name for an organisation, or another attribute's value: "the cooking time of Russet Bean Stew is 147 °C"); two people or several quantities in one document (a club's coach and its captain: sports clubs 0.70; recipes 0.76); and the arithmetic or general knowledge a no-document question asks for (it writes `<local>`, then answers as a 135M model does: 0.78–0.83 on generated prompts, 6 of 12 hand-written). Rows where it went wrong, and the ablations, on the held-out domains:
+# What it still can't do well: domains it never saw are answered 0.852 of the time against 0.964 in the training domains, and documents written by hand 0.70; two documents at once — it names the right pair 0.89–0.99 of the time, but on held-out domains the answer is right only 0.64 of the time (with the right pair read, a person's name for an organisation, or another attribute's value: "the cooking time of Russet Bean Stew is 147 °C"); two people or several quantities in one document (a club's coach and its captain: sports clubs 0.60; recipes 0.78); and the arithmetic or general knowledge a no-document question asks for (it writes `<local>`, then answers as a 135M model does: "There are 60 hours in a day"; 0.86–0.88 on generated prompts, 6 of 12 hand-written). Rows where it went wrong, and the ablations, on the held-out domains:
 
 # %%
 doc = json.loads(open([f for f in files if "held-out-domains" in f][0]).read())
