@@ -327,8 +327,8 @@ def test_training_only_facts_never_answer_an_eval_question():
     from da_lab.training import nl_words as W
 
     held = [(q, v) for q, _, v in W.split(L.GK, True)]
-    hand = [json.loads(line) for line in Path("bench/data/handwritten-prompts.jsonl")
-            .read_text().splitlines() if line.strip()]
+    hand_file = Path(__file__).resolve().parents[1] / "bench" / "data" / "handwritten-prompts.jsonl"
+    hand = [json.loads(line) for line in hand_file.read_text().splitlines() if line.strip()]
     held += [(r["question"], a) for r in hand if not r["needs"] for a in r["answer"]]
     norm = N.normalise
     train_q = {norm(q) for q, _, _ in L.GK_TRAINING}
