@@ -52,24 +52,26 @@ def browser():
 # test_house checks that every module is listed here.
 TIERS = {
     "unit": ["test_house", "test_layout_mask", "test_tags", "test_tags_properties", "test_record",
+             "test_tags_paper",
              "test_trace", "test_trace_broken", "test_trace_process",
              "test_vllm_manifests", "test_nl_task", "test_eval_prompts", "test_eval_notebook",
              "test_packets", "test_bundle", "test_interfaces", "test_serve_units",
              "test_hook_state", "test_torch_source", "test_env_child",
-             "test_lab_files", "test_predict", "test_messages_fit"],
+             "test_lab_files", "test_predict", "test_messages_fit", "test_reference_protocol"],
     "engine": ["test_engine", "test_kvmap", "test_lab_trace", "test_steering", "test_refusals",
                "test_reliability", "test_selfcheck", "test_tp_cpu", "test_cli_messages",
                "test_bench", "test_eval_ablations", "test_eval_prompts_engine",
                "test_eval_smollm2", "test_smollm2", "test_finetune_smollm2",
                "test_task_train_eval", "test_quiet", "test_validation", "test_oracle_refs",
-               "test_one_lab"],
+               "test_one_lab", "test_paper_engine"],
     "serve": ["test_serve", "test_serve_hostile", "test_serve_refused"],
     "browser": ["test_browser", "test_lessons_browser", "test_page", "test_widgets",
                 "test_export_skeleton", "test_export_steps", "test_first_cell"],
 }
 # The engine tests the inner loop keeps: the hook against the oracle, steering, the KV map and
 # the trace a Lab writes.
-CORE_ENGINE = {"test_engine", "test_lab_trace", "test_steering", "test_validation"}
+CORE_ENGINE = {"test_engine", "test_lab_trace", "test_steering", "test_validation",
+               "test_paper_engine"}
 # ... but not their tests that start vLLM again in a child process (tens of seconds each).
 NOT_FAST = {"test_layout_travels_with_the_request_to_another_process",
             "test_cli_demo_json_is_one_document"}

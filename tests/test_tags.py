@@ -48,6 +48,20 @@ def feed_all(stream: TagStream, pieces) -> list[Event]:
         ("<focus C1,C4 - c6>", Directive(Mode.FOCUS, chunks=(1, 4, 5, 6))),
         ("<focus C2-C2>", Directive(Mode.FOCUS, chunks=(2,))),
         ("<focus C1-C3,C2-C4>", Directive(Mode.FOCUS, chunks=(1, 2, 3, 4))),
+        # The paper's dialect (Ho et al. 2026): bare ids, attributes, any case, self-closing.
+        ("<focus 3>", Directive(Mode.FOCUS, chunks=(3,))),
+        ("<focus 2, 5>", Directive(Mode.FOCUS, chunks=(2, 5))),
+        ("<focus 2 5>", Directive(Mode.FOCUS, chunks=(2, 5))),
+        ('<focus magic_chunks="2,5">', Directive(Mode.FOCUS, chunks=(2, 5))),
+        ("<focus magic_chunks='2, 5'>", Directive(Mode.FOCUS, chunks=(2, 5))),
+        ("<focus magic_chunks=4>", Directive(Mode.FOCUS, chunks=(4,))),
+        ('<focus  Magic_Chunks = "1" >', Directive(Mode.FOCUS, chunks=(1,))),
+        ('<focus chunk="2" why="dates">', Directive(Mode.FOCUS, chunks=(2,))),
+        ('<focus id="9" magic_chunks="3">', Directive(Mode.FOCUS, chunks=(3,))),
+        ('<focus magic_chunks="2"/>', Directive(Mode.FOCUS, chunks=(2,))),
+        ("<focus\t1>", Directive(Mode.FOCUS, chunks=(1,))),
+        ("<GLOBAL>", Directive()),
+        ("<Local/>", Directive(Mode.LOCAL)),
     ],
 )
 def test_parse_valid(tag, expected):
@@ -69,7 +83,6 @@ def test_parse_valid(tag, expected):
         "<focus C3-C1>",
         "<focus C0>",
         "<focus C1000001>",
-        "<focus 3>",
         "<focus C3,>",
         "<focus C3,,C4>",
         "<focus C 3>",
@@ -80,7 +93,14 @@ def test_parse_valid(tag, expected):
         "global>",
         "",
         "<globalx>",
-        "<GLOBAL>",
+        "<focus/ 3>",
+        '<focus magic_chunks="2"x="3">',
+        '<focus reason="none">',
+        "<focus magic_chunks=>",
+        '<local magic_chunks="2">',
+        "</focus x>",
+        "</answer>",
+        "<answer>",
     ],
 )
 def test_parse_malformed(tag):
@@ -223,8 +243,9 @@ def test_unknown_chunk_in_stream():
 
 @pytest.mark.parametrize(
     "text",
-    ["<div>", "a<b", "a < 3 and b > 2", "<->", "<globalx>", "<Global>", "<glob>", "<<>>",
-     "<local\n>", "<global<", "<focus\t3>", "<", "<g", "x<foc"],
+    ["<div>", "a<b", "a < 3 and b > 2", "<->", "<globalx>", "<glob>", "<<>>",
+     "<local\n>", "<global<", "<focus\n3>", "<", "<g", "x<foc", "<answer>42</answer>",
+     "</ focus>", "<focused>", "</globals>"],
 )
 def test_plain_text_no_events(text):
     s = TagStream()
@@ -286,7 +307,7 @@ def test_overflow_huge_feed_stays_bounded():
     big = "<focus " + "C1," * 3_000_000 + ">"  # ~9 MB
     events = s.feed(big)
     assert kinds(events) == [K.MALFORMED_TAG]
-    assert events[0].offset == 65 and len(events[0].text) == 64
+    assert events[0].offset == 257 and len(events[0].text) == 256
     assert s.buffer == "" and s.offset == len(big)
     s = TagStream()
     s.feed("<focus " + "C" * 10_000_000)
@@ -328,3 +349,4 @@ def test_feed_edge_inputs():
 def test_max_tag_len_too_small():
     with pytest.raises(ValueError):
         TagStream(max_tag_len=7)
+

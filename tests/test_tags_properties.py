@@ -8,7 +8,16 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from da_lab.core.tags import Directive, Event, EventKind, Mode, TagStream, parse_tag, tag_text
+from da_lab.core.tags import (
+    Closing,
+    Directive,
+    Event,
+    EventKind,
+    Mode,
+    TagStream,
+    parse_tag,
+    tag_text,
+)
 
 K = EventKind
 
@@ -36,17 +45,30 @@ directives = st.one_of(
     ),
 )
 
+paper_directives = st.one_of(
+    st.just(Directive()),
+    st.just(Directive(Mode.LOCAL)),
+    st.lists(st.integers(1, 30), min_size=1, max_size=6).map(
+        lambda c: Directive(Mode.FOCUS, chunks=tuple(c))
+    ),
+)
+# Both dialects: the card's tags and the paper's, closing tags included.
 valid_tags = st.one_of(
     directives.map(tag_text),
-    st.sampled_from(["<focus c1, C4-C6>", "<focus C2 - C5>", "<local  3 >", "<focus C13>"]),
+    paper_directives.map(lambda d: tag_text(d, "paper")),
+    st.sampled_from(["<focus c1, C4-C6>", "<focus C2 - C5>", "<local  3 >", "<focus C13>",
+                     "</focus>", "</local>", "</global>", "<focus 2, 5>", "<FOCUS chunk='3'>",
+                     "<answer>", "</answer>", "<focus magic_chunks=\"1\"/>"]),
 )
 malformed_tags = st.sampled_from(
     [
         "<global 3>", "<focus>", "<local 0>", "<focus C3-C1>", "<local 1000001>",
         "<focus C1\nC2>", "<focus C1<", "<focus " + "C1," * 30 + ">", "<local x", "<focus ,>",
+        "<focus magic_chunks=\"\">", "<focus reason=\"x\">", "</focus x>", "<global a=\"1\">",
+        "<focus magic_chunks=\"2,,3\">", "<local/ >",
     ]
 )
-noise = st.text(alphabet="<>abglocfusx CcC1234,-\n/é\x00 ", max_size=12)
+noise = st.text(alphabet="<>abglocfusx CcC1234,-\n/é\x00 =\"'m_", max_size=12)
 streams = st.lists(st.one_of(valid_tags, malformed_tags, noise), max_size=12).map("".join)
 
 
@@ -89,16 +111,17 @@ def test_fuzz_never_raises_and_buffer_bounded(pieces, max_tag_len):
 @SETTINGS
 @given(st.text(), st.one_of(st.none(), st.integers(0, 50)))
 def test_parse_tag_never_raises(text, n_chunks):
-    result = parse_tag(text, n_chunks)
-    assert isinstance(result, (Directive, Event))
-    result = parse_tag("<focus " + text + ">", n_chunks)
-    assert isinstance(result, (Directive, Event))
+    for tag in (text, "<focus " + text + ">", "<focus magic_chunks=" + text + ">",
+                "</" + text + ">"):
+        assert isinstance(parse_tag(tag, n_chunks), (Directive, Closing, Event))
 
 
 @SETTINGS
 @given(directives)
 def test_tag_text_round_trip(d):
     assert parse_tag(tag_text(d)) == d
+    if d.recent is None:        # the paper has no <local N>
+        assert parse_tag(tag_text(d, "paper")) == d
     assert Directive.from_dict(json.loads(json.dumps(d.to_dict()))) == d
 
 

@@ -1,12 +1,16 @@
 """A DA prompt and its geometry in KV blocks.
 
+Two kinds of layout, one class. The design card's: chunks are whole blocks
+
     [ scaffold head (sink) ][ C1 ][ C2 ] ... [ Cn ][ scaffold tail (the question) ][ response ...
       whole blocks            whole blocks each       starts on a block boundary
 
-Chunks are whole blocks so that hiding a chunk hides whole blocks and nothing else: the block
-table is the unit the kernel reads. The head is padded to whole blocks for the same reason; the
-tail need not be, since it is always kept and the response simply continues in its last block.
-`Layout` holds only block geometry (what the hook needs, small enough to travel in a request's
+so hiding a chunk hides whole blocks and nothing else (the head is padded for the same reason;
+the tail need not be). The paper's (Ho et al. 2026): chunks are token spans anywhere in the
+prompt, unpadded (`Layout.from_spans`); a block is kept when any token it holds is visible, so a
+block a hidden chunk shares with visible text is read whole ("rounded outward"). Everything
+outside the chunks (system prompt, question, instructions, response) is visible in every mode.
+`Layout` holds only geometry (what the hook needs, small enough to travel in a request's
 SamplingParams.extra_args); `DAPrompt` adds the token ids and texts.
 """
 
@@ -14,6 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
 
 BLOCK_SIZE = 32
 
@@ -35,24 +42,74 @@ class Layout:
     # Chunks FOCUS never keeps, even when a tag names them: the eval's hidden-chunk ablation
     # (da_lab.training.evaluate). Empty for every real prompt.
     hidden: tuple[int, ...] = ()
+    # The paper's chunks: token spans [start, end) of C1..Cn, in order, disjoint. Empty for the
+    # card's whole-block chunks; set by from_spans, which derives head_blocks and chunk_blocks.
+    spans: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
-        if self.block_size < 1 or self.head_blocks < 1:
-            raise ValueError("a layout needs block_size >= 1 and at least one head (sink) block")
-        if any(b < 1 for b in self.chunk_blocks):
-            raise ValueError("every chunk must span at least one whole block")
-        if self.prompt_len <= self.tail_start * self.block_size:
-            raise ValueError("the prompt must end with a non-empty scaffold tail after the chunks")
+        if self.spans:
+            self._check_spans()
+        else:
+            if self.block_size < 1 or self.head_blocks < 1:
+                raise ValueError("a layout needs block_size >= 1 and at least one head (sink) "
+                                 "block")
+            if any(b < 1 for b in self.chunk_blocks):
+                raise ValueError("every chunk must span at least one whole block")
+            if self.prompt_len <= self.tail_start * self.block_size:
+                raise ValueError("the prompt must end with a non-empty scaffold tail after the "
+                                 "chunks")
         if any(not 1 <= c <= self.n_chunks for c in self.hidden):
             raise ValueError(f"hidden chunks {list(self.hidden)} must be in C1..C{self.n_chunks}")
+
+    def _check_spans(self) -> None:
+        if self.block_size < 1 or self.prompt_len < 1:
+            raise ValueError("a layout needs block_size >= 1 and a prompt of at least one token")
+        end = 0
+        for cid, (a, b) in enumerate(self.spans, start=1):
+            if not end <= a < b <= self.prompt_len:
+                where = "overlaps the chunk before it" if a < end else (
+                    "is empty" if a >= b else f"lies outside the prompt ({self.prompt_len} "
+                    "tokens)")
+                raise ValueError(f"chunk C{cid} span [{a}, {b}) {where}: spans must be "
+                                 "non-empty, in order, disjoint and inside the prompt")
+            end = b
+
+    @classmethod
+    def from_spans(cls, block_size: int, spans, prompt_len: int, hidden=()) -> Layout:
+        """The paper's layout: chunk Ck is tokens [start, end) of the prompt, unpadded."""
+        spans = tuple((int(a), int(b)) for a, b in spans)
+        if not spans:
+            raise ValueError("a layout needs at least one chunk span")
+        head = spans[0][0] // block_size if block_size >= 1 else 0
+        touched = tuple(-(-b // block_size) - a // block_size for a, b in spans) \
+            if block_size >= 1 else ()
+        return cls(block_size, head, touched, prompt_len, tuple(hidden), spans)
+
+    @property
+    def unaligned(self) -> bool:
+        """Chunks are token spans (the paper's prompt), not whole blocks."""
+        return bool(self.spans)
 
     @property
     def n_chunks(self) -> int:
         return len(self.chunk_blocks)
 
     @property
+    def chunk_spans(self) -> tuple[tuple[int, int], ...]:
+        """Token spans [start, end) of C1..Cn (whole blocks for the card's layouts)."""
+        if self.spans:
+            return self.spans
+        out, b = [], self.head_blocks
+        for n in self.chunk_blocks:
+            out.append((b * self.block_size, (b + n) * self.block_size))
+            b += n
+        return tuple(out)
+
+    @property
     def tail_start(self) -> int:
-        """First logical block of the scaffold tail (the question)."""
+        """First logical block after the chunks' blocks (the question starts in it)."""
+        if self.spans:
+            return self.spans[-1][1] // self.block_size
         return self.head_blocks + sum(self.chunk_blocks)
 
     @property
@@ -60,12 +117,25 @@ class Layout:
         """Logical block holding the first response token (may be the tail's last block)."""
         return self.prompt_len // self.block_size
 
+    @cached_property
+    def free_blocks(self) -> np.ndarray:
+        """Prompt blocks holding a token outside every chunk: visible in every mode."""
+        bs, n = self.block_size, -(-self.prompt_len // self.block_size)
+        free_tok = np.zeros(n * bs, dtype=bool)
+        free_tok[: self.prompt_len] = True
+        for a, b in self.chunk_spans:
+            free_tok[a:b] = False
+        free = np.flatnonzero(free_tok.reshape(n, bs).any(axis=1)).astype(np.int32)
+        free.flags.writeable = False
+        return free
+
     def chunk_range(self, chunk_id: int) -> range:
-        """Logical blocks of chunk `chunk_id` (1-based, as written in `<focus C3>`)."""
+        """Logical blocks holding chunk `chunk_id` (1-based, as in `<focus C3>`), rounded
+        outward: a block that holds any of its tokens."""
         if not 1 <= chunk_id <= self.n_chunks:
             raise KeyError(f"unknown chunk C{chunk_id} (layout has C1..C{self.n_chunks})")
-        start = self.head_blocks + sum(self.chunk_blocks[: chunk_id - 1])
-        return range(start, start + self.chunk_blocks[chunk_id - 1])
+        a, b = self.chunk_spans[chunk_id - 1]
+        return range(a // self.block_size, -(-b // self.block_size))
 
     def regions(self) -> list[Region]:
         out = [Region("scaffold", "scaffold", 0, self.head_blocks)]
@@ -78,22 +148,27 @@ class Layout:
         return out
 
     def region_of(self, block: int) -> str:
-        """Name of the region a logical block belongs to (tail wins over response when shared)."""
-        if block < self.head_blocks:
+        """Name of the region a logical block belongs to: a chunk when it holds any of the
+        chunk's tokens (the first such chunk), else scaffold before the chunks, tail after them
+        in the prompt, response past it."""
+        bs = self.block_size
+        for cid, (a, b) in enumerate(self.chunk_spans, start=1):
+            if a < (block + 1) * bs and block * bs < b:
+                return f"C{cid}"
+        spans = self.chunk_spans
+        if spans and block * bs < spans[0][0]:
             return "scaffold"
-        if block < self.tail_start:
-            b = block - self.head_blocks
-            for cid, n in enumerate(self.chunk_blocks, start=1):
-                if b < n:
-                    return f"C{cid}"
-                b -= n
-        if block * self.block_size < self.prompt_len:
+        if block * bs < self.prompt_len:
             return "tail"
         return "response"
 
     def to_dict(self) -> dict:
-        d = {"block_size": self.block_size, "head_blocks": self.head_blocks,
-             "chunk_blocks": list(self.chunk_blocks), "prompt_len": self.prompt_len}
+        if self.spans:
+            d = {"block_size": self.block_size, "chunk_spans": [list(s) for s in self.spans],
+                 "prompt_len": self.prompt_len}
+        else:
+            d = {"block_size": self.block_size, "head_blocks": self.head_blocks,
+                 "chunk_blocks": list(self.chunk_blocks), "prompt_len": self.prompt_len}
         if self.hidden:
             d["hidden"] = list(self.hidden)
         return d
@@ -101,9 +176,12 @@ class Layout:
     @classmethod
     def from_dict(cls, d: dict) -> Layout:
         try:
+            hidden = tuple(int(c) for c in d.get("hidden", ()))
+            if "chunk_spans" in d:
+                return cls.from_spans(int(d["block_size"]), d["chunk_spans"],
+                                      int(d["prompt_len"]), hidden)
             return cls(int(d["block_size"]), int(d["head_blocks"]),
-                       tuple(int(b) for b in d["chunk_blocks"]), int(d["prompt_len"]),
-                       tuple(int(c) for c in d.get("hidden", ())))
+                       tuple(int(b) for b in d["chunk_blocks"]), int(d["prompt_len"]), hidden)
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"not a DA layout: {d!r} ({e})") from None
 

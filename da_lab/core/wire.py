@@ -4,6 +4,8 @@ vLLM's OpenAI server copies `vllm_xargs` into `SamplingParams.extra_args`, but i
 only be str / int / float or flat lists of them, so the nested parts travel as JSON strings:
 
     "da_layout":   '{"block_size":32,"head_blocks":1,"chunk_blocks":[2,2,2],"prompt_len":230}'
+                   or the paper's unpadded chunks, token spans [start, end) of the prompt:
+                   '{"block_size":32,"chunk_spans":[[12,80],[80,151]],"prompt_len":230}'
                    (Layout.to_dict(); "prompt_len" may be left out: the prompt's own length)
     "da_director": '[[4, "<focus C2,C3>"], [16, "<global>"]]'
                    (output index -> tag text, or -> token ids; tags the director writes)
@@ -25,7 +27,10 @@ EXTRA_LAYOUT = "da_layout"      # SamplingParams.extra_args key: the Layout
 EXTRA_DIRECTOR = "da_director"  # [[output_index, [token ids]], ...] (wire: tag text allowed)
 EXTRA_ID = "da_id"              # the caller's request id (the worker sees an internal one)
 _LAYOUT_KEYS = {"block_size", "head_blocks", "chunk_blocks", "prompt_len", "hidden"}
+_SPAN_KEYS = {"block_size", "chunk_spans", "prompt_len", "hidden"}
 _OPTIONAL = {"prompt_len", "hidden"}      # hidden: chunks FOCUS never keeps (the eval's ablation)
+# Chunks one layout may name: far beyond any real prompt, and a bound on what a request costs.
+MAX_CHUNKS = 1 << 16
 # A wire value past this many characters is refused before it is parsed: a real layout of
 # 4,096 one-block chunks is ~8 kB, and a deeply nested one must not reach json's recursion.
 MAX_WIRE_CHARS = 1 << 20
@@ -69,26 +74,24 @@ def _int(d: dict, key: str, what: str) -> int:
 
 def layout_fields(value, *, block_size: int | None = None):
     """(dict, block_size, head_blocks, chunk sizes, hidden) of a wire layout: every check that
-    needs no prompt (the server's HTTP gate runs these before a stream starts)."""
+    needs no prompt (the server's HTTP gate runs these before a stream starts). For a layout of
+    chunk spans, the sizes are the blocks each span touches and head_blocks those before it."""
     what = EXTRA_LAYOUT
     d = _json(value, what)
     if not isinstance(d, dict):
         raise ValueError(f"{what} must be a JSON object such as {{\"block_size\": 32, "
-                         f"\"head_blocks\": 1, \"chunk_blocks\": [2, 2]}}, not {_short(d)}")
-    unknown = sorted(set(d) - _LAYOUT_KEYS)
-    missing = sorted(_LAYOUT_KEYS - set(d) - _OPTIONAL)
+                         f"\"head_blocks\": 1, \"chunk_blocks\": [2, 2]}} or {{\"block_size\": "
+                         f"32, \"chunk_spans\": [[12, 80], [80, 151]]}}, not {_short(d)}")
+    spans = "chunk_spans" in d
+    keys = _SPAN_KEYS if spans else _LAYOUT_KEYS
+    unknown = sorted(set(d) - keys)
+    missing = sorted(keys - set(d) - _OPTIONAL)
     if unknown or missing:
         raise ValueError(f"{what}: " + "; ".join(
             ([f"unknown field(s) {', '.join(unknown)}"] if unknown else [])
             + ([f"missing field(s) {', '.join(missing)}"] if missing else []))
-            + f" (fields: {', '.join(sorted(_LAYOUT_KEYS))}; prompt_len and hidden are "
-              "optional)")
-    bs, head = _int(d, "block_size", what), _int(d, "head_blocks", what)
-    chunks = d["chunk_blocks"]
-    if not isinstance(chunks, list) or not chunks:
-        raise ValueError(f"{what}.chunk_blocks must be a non-empty list of block counts, "
-                         f"not {_short(chunks)}")
-    sizes = [_int({"chunk_blocks": c}, "chunk_blocks", what) for c in chunks]
+            + f" (fields: {', '.join(sorted(keys))}; prompt_len and hidden are optional)")
+    bs = _int(d, "block_size", what)
     if block_size is not None and bs != block_size:
         raise ValueError(f"{what}.block_size is {bs} but the engine's KV blocks hold "
                          f"{block_size} tokens: build the prompt for block size {block_size}")
@@ -96,10 +99,34 @@ def layout_fields(value, *, block_size: int | None = None):
     if not isinstance(hidden, list):
         raise ValueError(f"{what}.hidden must be a list of chunk numbers, not {_short(hidden)}")
     hid = tuple(_int({"hidden": c}, "hidden", what) for c in hidden)
+    if spans:
+        pairs = _spans(d["chunk_spans"], what)
+        if bs < 1:
+            raise ValueError(f"{what}: block_size must be at least 1 (got {bs})")
+        head = pairs[0][0] // bs
+        return d, bs, head, [-(-b // bs) - a // bs for a, b in pairs], hid
+    head = _int(d, "head_blocks", what)
+    chunks = d["chunk_blocks"]
+    if not isinstance(chunks, list) or not chunks or len(chunks) > MAX_CHUNKS:
+        raise ValueError(f"{what}.chunk_blocks must be a non-empty list of at most "
+                         f"{MAX_CHUNKS:,} block counts, not {_short(chunks)}")
+    sizes = [_int({"chunk_blocks": c}, "chunk_blocks", what) for c in chunks]
     if head < 1 or bs < 1 or min(sizes) < 1:
         raise ValueError(f"{what}: block_size, head_blocks and every chunk's block count must "
                          f"be at least 1 (got {bs}, {head}, {sizes})")
     return d, bs, head, sizes, hid
+
+
+def _spans(value, what: str) -> list[tuple[int, int]]:
+    if not isinstance(value, list) or not value or len(value) > MAX_CHUNKS:
+        raise ValueError(f"{what}.chunk_spans must be a non-empty list of at most "
+                         f"{MAX_CHUNKS:,} [start, end] token spans, not {_short(value)}")
+    out = []
+    for k, span in enumerate(value):
+        if not (isinstance(span, list) and len(span) == 2):
+            raise ValueError(f"{what}.chunk_spans[{k}] must be [start, end], not {_short(span)}")
+        out.append(tuple(_int({"chunk_spans": v}, "chunk_spans", what) for v in span))
+    return out
 
 
 def parse_layout(value, prompt_len: int | None = None, *,
@@ -114,6 +141,11 @@ def parse_layout(value, prompt_len: int | None = None, *,
         raise ValueError(f"{what} has no prompt_len and the prompt's length is not known here")
     if prompt_len is not None and n != prompt_len:
         raise ValueError(f"{what}.prompt_len is {n} but the prompt has {prompt_len} tokens")
+    if "chunk_spans" in d:
+        try:
+            return Layout.from_spans(bs, _spans(d["chunk_spans"], what), n, hid)
+        except ValueError as e:
+            raise ValueError(f"{what}: {e}") from None
     end = (head + sum(sizes)) * bs
     if end >= n:
         raise ValueError(f"{what}: the chunks end at token {end} (head {head} + chunks "

@@ -182,6 +182,14 @@ class Lab:
                             bos_id=self.tokenizer.bos_token_id, block_size=self.block_size,
                             chunk_blocks=chunk_blocks)
 
+    def paper_prompt(self, question: str, context, **kw) -> DAPrompt:
+        """The paper's prompt (Ho et al. 2026): "Magic Chunk k:" sections of unpadded token
+        spans. `context`: the documents, or one long text to segment (core/paper.py)."""
+        from da_lab.core.paper import paper_prompt
+
+        return paper_prompt(self.encode, question, context, block_size=self.block_size,
+                            bos_id=self.tokenizer.bos_token_id, **kw)
+
     def add_request(self, prompt: DAPrompt | list[int], *, tags: list[tuple[int, str]] = (),
                     max_tokens: int = 32, request_id: str | None = None,
                     logprobs: int | None = None) -> str:

