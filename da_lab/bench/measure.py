@@ -10,6 +10,7 @@ import traceback
 
 from da_lab.bench.plan import bench_layout, kept_fraction, kept_prompt_len
 from da_lab.bench.report import spread
+from da_lab.core.cost import cost, step_positions
 
 
 def blocks_of(n_tokens: int, bs: int) -> int:
@@ -209,7 +210,11 @@ class Measuring:
             read = sum(blocks_of(n + before[r], bs) + blocks_of(n + after[r], bs)
                        for r in da_ids) / 2
             row.update(kept_block_fraction=round(read / full, 4), kept_source="seq_len",
-                       kv_blocks_read_per_step=read)
+                       kv_blocks_read_per_step=read,
+                       # stock reads all it has: its cost is its length over the full context's
+                       decoding_attention_cost=round(
+                           sum(n + before[r] + n + after[r] for r in da_ids)
+                           / sum(context + before[r] + context + after[r] for r in da_ids), 4))
             if mode == "stock_kept":
                 row["kept_block_fraction_expected"] = round(
                     kept_fraction(layout, "focus", round(mid_seq)), 4)
@@ -222,7 +227,7 @@ class Measuring:
         mode = self.spec["mode"]
         row["kept_block_fraction_expected"] = round(kept_fraction(
             layout, "global" if mode == "global_recording" else mode, round(mid_seq)), 4)
-        read = total = n_steps = 0
+        read = total = n_steps = kv_read = kv_full = 0
         hook_us = []
         mine = set(da_ids)
         for st in log:
@@ -232,8 +237,12 @@ class Measuring:
             n_steps += 1
             read += sum(r.blocks_read for r in rs)
             total += sum(r.blocks_total for r in rs)
+            r_, f_ = step_positions(rs)
+            kv_read, kv_full = kv_read + r_, kv_full + f_
             hook_us.append(st.hook_us)
         if n_steps:
+            # The paper's decoding attention cost: KV positions read / full attention's.
+            row["decoding_attention_cost"] = cost(kv_read, kv_full)
             row.update(kept_block_fraction=round(read / total, 4), kept_source="hook",
                        kv_blocks_read_per_step=read / n_steps,
                        kv_blocks_full_per_step=total / n_steps, hook_steps=n_steps,

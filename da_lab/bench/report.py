@@ -96,7 +96,7 @@ def _fmt(v, spec="") -> str:
 def table(doc: dict) -> str:
     lines = [f"run {doc['run_id']}  {doc['vllm']}  {doc['device']}  runner "
              f"{', '.join(doc['runner']) or '-'}",
-             f"{'model':<15} {'context':>7} {'batch':>5} {'mode':<16} {'kept':>6} "
+             f"{'model':<15} {'context':>7} {'batch':>5} {'mode':<16} {'kept':>6} {'cost':>6} "
              f"{'tok/s':>10} {'min..max (n)':>20} {'attn ms':>8} {'ideal':>6}  note"]
     for r in doc["rows"]:
         note = r.get("error") or r.get("skipped") or r.get("note") or ""
@@ -105,6 +105,7 @@ def table(doc: dict) -> str:
                if sp.get("min") is not None else "-")
         lines.append(f"{r['model']:<15} {r['context']:>7} {r['batch']:>5} {r['mode']:<16} "
                      f"{_fmt(r['kept_block_fraction'], '.3f'):>6} "
+                     f"{_fmt(r.get('decoding_attention_cost'), '.3f'):>6} "
                      f"{_fmt(r['decode_tok_s'], '.1f'):>10} {rng:>20} "
                      f"{_fmt(r['attn_ms_per_step'], '.3f'):>8} "
                      f"{_fmt(r['ideal_speedup'], '.2f'):>6}  {note[:90]}")

@@ -48,7 +48,19 @@ SCENARIOS = {
     "focus_local_global": [(4, "<focus C3,C7>"), (16, "<local>"), (28, "<global>")],
     "focus_only": [(2, "<focus C5>")],
     "local_1": [(3, "<local 1>")],
+    # The paper's protocol: Magic Chunk prompt of unpadded spans, a closing tag back to global.
+    "paper_spans": [(1, '<focus magic_chunks="3">'), (20, "</focus>"), (30, "<local>")],
 }
+PAPER = {"paper_spans"}         # scenarios on the paper's prompt (lab.paper_prompt)
+
+
+def prompts(lab) -> dict:
+    """Each scenario's prompt: the seed scenario's, or the same records as Magic Chunks."""
+    from da_lab.core.layout import seed_texts
+
+    seed = lab.seed_prompt()
+    paper = lab.paper_prompt("What is the value of key 31?", seed_texts()[1])
+    return {name: paper if name in PAPER else seed for name in SCENARIOS}
 
 
 def model_folder(name: str) -> Path:
@@ -74,12 +86,13 @@ def _wait_for(path: Path, timeout: float) -> dict:
     raise TimeoutError(f"no eager result at {path} after {timeout:.0f} s")
 
 
-def _drive(lab, prompt, max_tokens: int) -> tuple[dict, dict]:
-    """The three scenarios together on `lab`; (per-request results, run facts)."""
+def drive(lab, prompt: dict, max_tokens: int) -> tuple[dict, dict]:
+    """The scenarios together on `lab` (`prompt`: each one's); (per-request results, facts)."""
     # logprobs=2: the engine's own top-2 gap at each position, to tell a wrong mask from a
     # bf16 near-tie where the engine and the references disagree.
-    da_ids = {name: lab.add_request(prompt, tags=tags, max_tokens=max_tokens, logprobs=2)
-            for name, tags in SCENARIOS.items()}
+    da_ids = {name: lab.add_request(prompt[name], tags=tags, max_tokens=max_tokens,
+                                    logprobs=2)
+              for name, tags in SCENARIOS.items()}
     steps = max_unseen = 0
     while lab.has_unfinished():
         rec = lab.step()
@@ -113,7 +126,8 @@ def _teacher_force(lab, prompt, reqs: dict, eager: dict) -> None:
         if e is not None:
             r["eager_tokens"] = e["tokens"]
             da_id = f"teacher-{name}"
-            r["forced_argmax"] = forced_argmax(lab, prompt, e["tokens"], request_id=da_id)
+            r["forced_argmax"] = forced_argmax(lab, prompt[name], e["tokens"],
+                                               request_id=da_id)
             r["forced_history"] = _history(lab.request_state(da_id))
 
 
@@ -121,7 +135,7 @@ def _history(st) -> list:
     return [(a, b, None if k is None else [int(x) for x in k]) for a, b, k in st.mask_history]
 
 
-def _references(path: str, prompt, reqs: dict, device: str) -> None:
+def references(path: str, prompt, reqs: dict, device: str) -> None:
     """Both references' masked (and the float32 one's unmasked) replays of every request."""
     import torch
 
@@ -130,9 +144,9 @@ def _references(path: str, prompt, reqs: dict, device: str) -> None:
     for dtype in REFERENCES:
         ref = load_reference(path, device=device, dtype=dtype)
         sfx = "" if dtype == "float32" else "_bf16"
-        for r in reqs.values():
-            res = check(ref, prompt.token_ids, r["tokens"], r["history"],
-                        prompt.layout.block_size, set(r["forced"]))
+        for name, r in reqs.items():
+            res = check(ref, prompt[name].token_ids, r["tokens"], r["history"],
+                        prompt[name].layout.block_size, set(r["forced"]))
             r["ref_masked" + sfx] = res.masked_tokens
             r["gap" + sfx] = [round(g, 4) for g in res.top2_gap]
             if not sfx:
@@ -165,8 +179,8 @@ def run_case(model: str, runner: str, graphs: str, max_tokens: int = 40,
             "device": lab.device,
             "async_scheduling": bool(access.vllm_config(lab.llm).scheduler_config.async_scheduling)}
     try:
-        prompt = lab.seed_prompt()
-        reqs, facts = _drive(lab, prompt, max_tokens)
+        prompt = prompts(lab)
+        reqs, facts = drive(lab, prompt, max_tokens)
         info.update(facts)
         if eager_from:
             _teacher_force(lab, prompt, reqs, _wait_for(Path(eager_from), wait_s))
@@ -175,7 +189,7 @@ def run_case(model: str, runner: str, graphs: str, max_tokens: int = 40,
     del lab
     if cuda:
         torch.cuda.empty_cache()
-    _references(path, prompt, reqs, "cuda" if cuda else "cpu")
+    references(path, prompt, reqs, "cuda" if cuda else "cpu")
     return {"model": model, "runner": runner, "graphs": graphs, **info, "requests": reqs}
 
 

@@ -109,13 +109,14 @@ def run() -> dict:
     lab = None
     try:
         lab = Lab(path)
-        prompt = lab.seed_prompt()
-        stock = _stock(path, prompt.token_ids)
+        prompt = gpu_tests.prompts(lab)           # each scenario's prompt
+        seed = prompt["focus_only"]
+        stock = _stock(path, seed.token_ids)
         lap("engine start")
         doc.update(torch=_torch(), device=lab.device, runner=lab.runner_class.split(".")[-1],
                    runner_kind=lab.runner_kind)
-        reqs, _ = gpu_tests._drive(lab, prompt, 40)
-        da_id = lab.add_request(prompt, max_tokens=PLAIN_TOKENS)
+        reqs, _ = gpu_tests.drive(lab, prompt, 40)
+        da_id = lab.add_request(seed, max_tokens=PLAIN_TOKENS)
         lab.run()
         plain = lab.requests[da_id]["token_ids"]
         lap("engine run")
@@ -146,11 +147,11 @@ def _references(path: str, prompt, reqs: dict, device: str) -> None:
     from da_lab.checks.oracle import check, load_reference
 
     if device != "cpu":
-        return gpu_tests._references(path, prompt, reqs, device)
+        return gpu_tests.references(path, prompt, reqs, device)
     ref = load_reference(path)
-    for r in reqs.values():
-        res = check(ref, prompt.token_ids, r["tokens"], r["history"],
-                    prompt.layout.block_size, set(r["forced"]))
+    for name, r in reqs.items():
+        res = check(ref, prompt[name].token_ids, r["tokens"], r["history"],
+                    prompt[name].layout.block_size, set(r["forced"]))
         r["ref_masked"], r["ref_unmasked"] = res.masked_tokens, res.unmasked_tokens
 
 

@@ -111,6 +111,9 @@ class RequestStep:
     events: list[dict] = field(default_factory=list)   # tag events of this step
     staged_row: np.ndarray | None = None      # int32 physical ids, logical order; None: not kept
     kept_logical: np.ndarray | None = None    # int64 logical blocks the kernel reads; None: all
+    # Kept blocks that also hold hidden tokens (the paper's unpadded chunks, rounded outward);
+    # None: none (always for the card's whole-block chunks).
+    partial_logical: np.ndarray | None = None
     built_seq_len: int | None = None          # tokens the builder received; None: not observed
     built_row: np.ndarray | None = None       # builder's row, only where != kernel_row
     new_token_ids: list[int] | None = None    # tokens the engine returned this step
@@ -195,7 +198,7 @@ class RequestStep:
                      query_len=self.query_len, directive=self.directive,
                      tag_buffer=self.tag_buffer, n_output_seen=self.n_output_seen,
                      tokens_unseen=self.tokens_unseen, events=self.events)
-            for k in ("staged_row", "kept_logical", "built_row"):
+            for k in ("staged_row", "kept_logical", "partial_logical", "built_row"):
                 v = getattr(self, k)
                 if v is not None:
                     d[k] = conv(v)
@@ -264,6 +267,10 @@ def _hook_fields(r: RequestStep, d: dict, step: Any, c: str, schema: int) -> Non
         raise RecordError(f"{where(step, c + 'staged_row')} has {len(r.staged_row)} blocks, "
                           f"fewer than the {total} of seq_len {r.seq_len}")
     r.kept_logical = kept
+    part = array_field(d, "partial_logical", LOGICAL_DTYPE, step, c)
+    if part is not None and (kept is None or not np.isin(part, kept).all()):
+        raise RecordError(f"{where(step, c + 'partial_logical')} names blocks that are not kept")
+    r.partial_logical = part
     built = int_field(d, "built_seq_len", step, c, None)
     row = array_field(d, "built_row", ROW_DTYPE, step, c)
     if built is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from da_lab.core.cost import cost, decode_positions, step_positions
 from da_lab.core.tags import Mode
 
 # Upper bounds (seconds) of the hook-time-per-step histogram: tens of microseconds unmasked,
@@ -25,6 +26,9 @@ class Counters:
     steps: int = 0                # engine steps with at least one DA request
     blocks_read: int = 0          # per DA request per step: blocks the kernel read ...
     blocks_total: int = 0         # ... and blocks in the request's row
+    # The paper's decoding attention cost, over decode steps (one query token per request):
+    decode_kv_read: int = 0       # KV positions the kernel read ...
+    decode_kv_full: int = 0       # ... and the positions full attention would have read
     mode_switches: dict = field(default_factory=lambda: {m.value: 0 for m in Mode})
     malformed: dict = field(default_factory=lambda: dict.fromkeys(MALFORMED_KINDS, 0))
     warnings: dict = field(default_factory=lambda: dict.fromkeys(WARNING_KINDS, 0))
@@ -43,6 +47,9 @@ class Counters:
             self.blocks_read += rec.blocks_read or 0
             self.blocks_total += rec.blocks_total or 0
             self.add_events(rec.events)
+        read, full = step_positions(log.requests)
+        self.decode_kv_read, self.decode_kv_full = self.decode_kv_read + read, \
+            self.decode_kv_full + full
 
     def add_events(self, events) -> None:
         for ev in events:
@@ -73,10 +80,13 @@ def request_stats(st, *, live: bool) -> dict:
         read += n if kept is None else len(kept)
         masked += kept is not None
     ev = st.events
+    kv_read, kv_full = decode_positions(st.mask_history, bs, st.layout.prompt_len)
     return {
         "id": st.da_id, "live": live, "blocks_read": read, "blocks_total": total,
         "read_fraction": round(read / total, 4) if total else None,
         "steps": len(st.mask_history), "masked_steps": masked,
+        "decode_kv_read": kv_read, "decode_kv_full": kv_full,
+        "decoding_attention_cost": cost(kv_read, kv_full),
         "tags": [e["text"] for e in ev if e["kind"] == "tag_trapped"],
         "mode": st.stream.mode.value,
         "mode_switches": [e["directive"]["mode"] for e in ev

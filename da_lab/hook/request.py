@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from da_lab.core.layout import Layout
-from da_lab.core.mask import kept_blocks
+from da_lab.core.mask import kept_blocks, partially_kept
 from da_lab.core.tags import TagStream
 from da_lab.hook import director
 from da_lab.hook.context import HookStep
@@ -51,6 +51,7 @@ class RequestState:
     mask_history: list[tuple[int, int, np.ndarray | None]] = field(default_factory=list)
     _kept_key: tuple = (None, -1, -1)
     _kept: np.ndarray | None = None
+    _partial: np.ndarray | None = None   # of _kept: blocks also holding hidden tokens, or None
     _dir_dict: tuple = (None, None)
     script: list = field(default_factory=list)     # director: [(output index, [token ids])]
     captured: list[int] = field(default_factory=list)  # V2 runner: sampled tokens, hook-owned
@@ -82,7 +83,13 @@ class RequestState:
             self._kept = kept_blocks(d, self.layout, seq_len, query_len)
             # Shared by the decision, the mask history and step records: never written.
             self._kept.flags.writeable = False
+            part = partially_kept(d, self.layout, self._kept)
+            self._partial = part if len(part) else None
         return self._kept
+
+    def partial(self) -> np.ndarray | None:
+        """Of the last kept(): the blocks also holding hidden tokens (None: none)."""
+        return self._partial
 
     def directive_dict(self) -> dict:
         d = self.stream.directive

@@ -337,7 +337,8 @@ class Tracker:
                           st.stream.buffer, st.n_seen,
                           # sampled but not yet seen by the tag machine (async: <= 1)
                           max(0, out_index - st.n_seen), st.events[n_events:],
-                          kept_logical=kept if masked else None)
+                          kept_logical=kept if masked else None,
+                          partial_logical=st.partial() if masked else None)
         if self.record_rows:
             # A numpy copy: the runner reuses its staged rows' arrays.
             rec.staged_row = staged(i)[:n_blocks].copy()

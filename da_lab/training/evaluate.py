@@ -38,6 +38,7 @@ import sys
 import time
 from datetime import UTC
 
+from da_lab.core.cost import cost, mean_cost, step_positions
 from da_lab.training import eval_tasks as E
 from da_lab.training.eval_engine import (
     Run,
@@ -52,7 +53,8 @@ from da_lab.training.task import first_tag
 
 KEYS = ("n", "tag_accuracy", "da_answer_accuracy", "all_blocks_answer_accuracy",
         "base_all_blocks_answer_accuracy", "wrong_tag_answer_accuracy",
-        "hidden_chunk_answer_accuracy", "blocks_read_fraction_after_tag", "local_accuracy")
+        "hidden_chunk_answer_accuracy", "blocks_read_fraction_after_tag", "local_accuracy",
+        "decoding_attention_cost")
 # Older name of the per-step fractions (tests and notebooks used it).
 _fraction_after_tag = fraction_after_tag
 
@@ -109,6 +111,9 @@ def _score(tk, s, pid: str, outs: dict, i: int, base_text: str | None) -> dict:
            "blocks_read_after_tag": round(sum(after) / len(after), 2) if after else None,
            "blocks_read_fraction_after_tag": round(sum(fr) / len(fr), 4) if fr else None,
            "kept_after_tag": kept_after_tag(da.rows)}
+    # The paper's metric: KV positions read during decode / what full attention reads.
+    row["decode_kv_read"], row["decode_kv_full"] = step_positions(da.rows)
+    row["decoding_attention_cost"] = cost(row["decode_kv_read"], row["decode_kv_full"])
     a = outs[f"{i}:all"]
     row.update(all_blocks_text=a.text, all_blocks_correct=tk.correct(answer_text(a.text, nc)[1],
                                                                      s))
@@ -274,6 +279,12 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
+def _cost(rs: list[dict]) -> float | None:
+    """The decoding attention cost of the DA runs of `rs`, all their positions together."""
+    return mean_cost((r["decode_kv_read"], r["decode_kv_full"]) for r in rs
+                     if r.get("decode_kv_full"))
+
+
 def _acc(rs: list[dict]) -> dict:
     local = [r for r in rs if r["kind"] == "local"]
     asked = [r for r in rs if r.get("foreign_words") is not None]
@@ -284,7 +295,8 @@ def _acc(rs: list[dict]) -> dict:
             "wrong_tag_answer_accuracy": mean(r["wrong_tag_correct"] for r in rs),
             "hidden_chunk_answer_accuracy": mean(r["hidden_chunk_correct"] for r in rs),
             "local_accuracy": mean(r["tag_correct"] for r in local),
-            "foreign_word_rate": mean(bool(r["foreign_words"]) for r in asked)}
+            "foreign_word_rate": mean(bool(r["foreign_words"]) for r in asked),
+            "decoding_attention_cost": _cost(rs)}
 
 
 def document(res: dict, command: str) -> dict:
@@ -308,7 +320,8 @@ def table(res: dict) -> str:
             ("all-blocks", "all_blocks_answer_accuracy"),
             ("base all", "base_all_blocks_answer_accuracy"),
             ("wrong tag", "wrong_tag_answer_accuracy"),
-            ("hidden", "hidden_chunk_answer_accuracy"), ("<local>", "local_accuracy"))
+            ("hidden", "hidden_chunk_answer_accuracy"), ("<local>", "local_accuracy"),
+            ("attn cost", "decoding_attention_cost"))
 
     def line(name: str, r: dict) -> str:
         cells = "".join(f"{'–' if r[k] is None else format(r[k], '.3f'):>12}" for _, k in cols)
