@@ -39,6 +39,25 @@ def test_focus_layout_keeps_the_target_fraction(context, bs):
     assert TAGS["focus"] == "<focus C2,C7>"
 
 
+@pytest.mark.parametrize("context,bs", [(8192, 16), (65536, 16), (5000, 32)])
+def test_spans_layout_rounds_outward_to_about_the_same_fraction(context, bs):
+    """--spans: the paper's unpadded chunks; FOCUS keeps their shared edge blocks whole."""
+    from da_lab.core.mask import kept_blocks, partially_kept
+    from da_lab.core.tags import parse_tag
+
+    aligned = bench_layout(context, bs, response_tokens=40)
+    lay = bench_layout(context, bs, response_tokens=40, spans=True)
+    assert lay.unaligned and lay.n_chunks == 16 and lay.prompt_len == context
+    assert all(a % bs == bs // 2 for a, _ in lay.chunk_spans)
+    d = parse_tag(TAGS["focus"], 16)
+    kept = kept_blocks(d, lay, context + 40, 1)
+    # C2 and C7 each gain at most the block their neighbour shares at each edge.
+    assert 0 < len(kept) - len(kept_blocks(d, aligned, context + 40, 1)) <= 4
+    assert len(partially_kept(d, lay, kept)) >= 2
+    assert kept_prompt_len(lay) == (len(kept_blocks(d, lay, context, 1)) - 1) * bs + \
+        context - (-(-context // bs) - 1) * bs
+
+
 def test_layout_refuses_a_context_too_short_for_the_chunks():
     with pytest.raises(ValueError, match="too short"):
         bench_layout(500, 32)

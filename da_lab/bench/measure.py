@@ -57,6 +57,7 @@ class Measuring:
         tag_len = len(self.tag_ids["focus"])      # every mode decodes from the same position
         try:
             layout = bench_layout(context, s["block_size"], fraction=s["focus_fraction"],
+                                  spans=bool(s.get("spans")),
                                   response_tokens=tag_len + s["warmup_steps"]
                                   + s["decode_steps"] * s.get("repeats", 1) // 2)
         except ValueError as e:

@@ -20,12 +20,14 @@ N_CHUNKS = 16
 TAGS = {"focus": "<focus C2,C7>", "local": "<local>"}
 
 def bench_layout(context: int, block_size: int, *, fraction: float = 0.15,
-                 response_tokens: int = 0, n_chunks: int = N_CHUNKS):
+                 response_tokens: int = 0, n_chunks: int = N_CHUNKS, spans: bool = False):
     """The Layout of a `context`-token DA prompt whose FOCUS on C2,C7 keeps ~`fraction` of the
     blocks when `response_tokens` have been generated (the middle of the timed window).
 
     One scaffold-head block (with the sink), n_chunks chunks of whole blocks, a tail of
-    1..block_size tokens.
+    1..block_size tokens. `spans`: the paper's unpadded chunks instead, every boundary between
+    two chunks (and the first chunk's start) moved half a block off the grid, so each chunk
+    shares its edge blocks and FOCUS keeps them whole (rounded outward).
     Under FOCUS the kernel reads head + C2 + C7 + everything from the tail on (tail, response,
     the step's query block), so C2 and C7 are sized to make that `fraction` of all blocks; the
     other chunks share the rest evenly.
@@ -52,7 +54,12 @@ def bench_layout(context: int, block_size: int, *, fraction: float = 0.15,
             sizes.append(focused - focused // 2)
         else:
             sizes.append(next(it))
-    return Layout(bs, 1, tuple(sizes), context)
+    layout = Layout(bs, 1, tuple(sizes), context)
+    if not spans:
+        return layout
+    edges = [a for a, _ in layout.chunk_spans] + [layout.chunk_spans[-1][1]]
+    edges = [e + bs // 2 for e in edges[:-1]] + edges[-1:]
+    return Layout.from_spans(bs, list(zip(edges, edges[1:], strict=False)), context)
 
 
 def kept_fraction(layout, mode: str, seq_len: int) -> float:
@@ -66,7 +73,11 @@ def kept_fraction(layout, mode: str, seq_len: int) -> float:
 
 
 def kept_prompt_len(layout) -> int:
-    """Tokens of the prompt blocks FOCUS keeps (head + C2 + C7 + tail): stock_kept's prompt."""
-    bs = layout.block_size
-    focused = sum(len(layout.chunk_range(c)) for c in FOCUS_CHUNKS)
-    return (layout.head_blocks + focused) * bs + (layout.prompt_len - layout.tail_start * bs)
+    """Tokens of the prompt blocks FOCUS keeps (head + C2 + C7 + tail, rounded outward):
+    stock_kept's prompt. The prompt's last block is kept, and partial."""
+    from da_lab.core.mask import kept_blocks
+    from da_lab.core.tags import parse_tag
+
+    bs, n = layout.block_size, layout.prompt_len
+    kept = kept_blocks(parse_tag(TAGS["focus"], layout.n_chunks), layout, n, 1)
+    return (len(kept) - 1) * bs + n - (-(-n // bs) - 1) * bs

@@ -204,6 +204,9 @@ def add_arguments(p) -> None:
     p.add_argument("--focus-fraction", type=float, default=0.15,
                    help="target kept blocks / all blocks under FOCUS (scaffold, tail, response "
                         "included)")
+    p.add_argument("--spans", action="store_true",
+                   help="the paper's unpadded chunks: every chunk boundary half a block off the "
+                        "grid, so FOCUS keeps the shared edge blocks whole (rounded outward)")
     p.add_argument("--llama-vocab", type=int, default=LLAMA_VOCAB,
                    help="vocab_size of llama-8b-dummy (128256 = Llama 3's, realistic bytes)")
     p.add_argument("--record-trace", action="store_true",
@@ -262,7 +265,8 @@ def _settings(args) -> tuple[dict, str]:
             "gpu_memory_utilization": args.gpu_memory_utilization,
             "focus_fraction": args.focus_fraction, "focus_tag": TAGS["focus"],
             "n_chunks": N_CHUNKS, "seed": args.seed, "overlap_import": bool(args.overlap_import),
-            "llama_vocab": args.llama_vocab, "kv_cache": args.kv_cache}, dev_name
+            "llama_vocab": args.llama_vocab, "kv_cache": args.kv_cache,
+            "spans": bool(args.spans)}, dev_name
 
 
 def _plan(settings: dict, args) -> list[dict]:
@@ -282,7 +286,7 @@ def _plan(settings: dict, args) -> list[dict]:
                                               "profile_steps", "block_size", "runner", "eager",
                                               "dtype", "max_model_len", "max_num_batched_tokens",
                                               "gpu_memory_utilization", "focus_fraction", "seed",
-                                              "kv_cache")}})
+                                              "kv_cache", "spans")}})
     return plan
 
 
