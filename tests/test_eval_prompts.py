@@ -148,3 +148,28 @@ def test_the_hand_written_file_keeps_its_promises():
     assert len({r["question"].split()[0] for r in recs}) >= 6          # phrased several ways
     people = [r for r in recs if r.get("id", "").endswith("-person")]
     assert len(people) >= 6
+
+
+def test_paper_protocol_lines(tmp_path):
+    """"protocol": "paper" builds the paper's Magic Chunk prompt (unpadded spans) and scores
+    the paper's reply: the chunk it focused, the text inside <answer>."""
+    from da_lab.training import eval_prompts as EP
+    from da_lab.training.evaluate import answer_text
+
+    rec = {"documents": ["Mara Olsen coaches Kilbride Albion.", "It was founded in 1902."],
+           "question": "Who coaches Kilbride Albion?", "answer": ["Mara Olsen"], "needs": [1],
+           "protocol": "paper"}
+    f = tmp_path / "p.jsonl"
+    f.write_text(json.dumps(rec) + "\n" + json.dumps(dict(rec, protocol="xml")) + "\n")
+    with pytest.raises(EP.PromptFileError, match=":2: field 'protocol' must be one of card"):
+        EP.load(f)
+    f.write_text(json.dumps(rec) + "\n")
+    s = EP.samples(f)[0]
+    assert s.prompt.layout.unaligned and s.tag == '<focus magic_chunks="1">'
+    a, b = s.prompt.layout.chunk_spans[0]
+    assert "Mara Olsen coaches" in EP.N.tokens().tok.decode(s.prompt.token_ids[a:b])
+    reply = ('<global> C1 names the coach. <focus magic_chunks="1"> Mara Olsen </focus>'
+             "<local> so <answer>Mara Olsen</answer></local>")
+    d, ans = answer_text(reply, 2, "paper")
+    assert d == s.directive and ans == "Mara Olsen"
+    assert answer_text(reply, 2)[0].mode.value == "global"      # the card reads the first tag

@@ -92,17 +92,20 @@ def segment_context(text: str, encode: Encode | None = None, target_tokens: int 
 
 
 def format_prompt(question: str, context: str | Sequence[str], encode: Encode | None = None,
-                  system_prompt: str = SYSTEM_PROMPT, instructions: str = INSTRUCTIONS):
+                  system_prompt: str = SYSTEM_PROMPT, instructions: str = INSTRUCTIONS,
+                  frame: tuple[str, str] = ("", "")):
     """(prompt, spans): the prompt as token ids (text without `encode`) and each Magic Chunk's
     span [start, end) in tokens (characters). `context` is one text to segment, or the
-    chunks themselves. Each piece is encoded on its own, as the reference does."""
+    chunks themselves. Each piece is encoded on its own, as the reference does. `frame`: text
+    before and after the whole prompt (a chat model's turn around it as the user message)."""
     chunks = segment_context(context, encode) if isinstance(context, str) else list(context)
-    pieces = [f"{system_prompt.strip()}\n\n"]
+    # No system line when a chat model's own system message carries it (system_prompt="").
+    pieces = [frame[0] + (f"{system_prompt.strip()}\n\n" if system_prompt.strip() else "")]
     for k, chunk in enumerate(chunks, start=1):
         pieces[-1] += f"Magic Chunk {k}:\n"
         pieces += [chunk, "\n\n"]
     pieces[-1] += (f"Question:\n{question.strip()}\n\nInstructions:\n{instructions.strip()}"
-                   "\n\nResponse:")
+                   "\n\nResponse:" + frame[1])
     prompt: list[int] | str = [] if encode is not None else ""
     spans = []
     for i, piece in enumerate(pieces):
@@ -115,14 +118,14 @@ def format_prompt(question: str, context: str | Sequence[str], encode: Encode | 
 
 def paper_prompt(encode: Encode, question: str, context: str | Sequence[str], *,
                  block_size: int = BLOCK_SIZE, bos_id: int | None = None,
-                 system_prompt: str = SYSTEM_PROMPT,
-                 instructions: str = INSTRUCTIONS) -> DAPrompt:
+                 system_prompt: str = SYSTEM_PROMPT, instructions: str = INSTRUCTIONS,
+                 frame: tuple[str, str] = ("", "")) -> DAPrompt:
     """The paper's prompt as a DAPrompt: token ids (a BOS first when given) and a Layout of
-    unpadded chunk spans. `encode` must not add special tokens."""
+    unpadded chunk spans. `encode` must not add special tokens; `frame` as in format_prompt."""
     chunks = segment_context(context, encode) if isinstance(context, str) else list(context)
     if not chunks:
         raise ValueError("the paper's prompt needs at least one document (Magic Chunk)")
-    ids, spans = format_prompt(question, chunks, encode, system_prompt, instructions)
+    ids, spans = format_prompt(question, chunks, encode, system_prompt, instructions, frame)
     shift = 0 if bos_id is None else 1
     ids = ([bos_id] if bos_id is not None else []) + ids
     empty = [k for k, (a, b) in enumerate(spans, start=1) if a == b]

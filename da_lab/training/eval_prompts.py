@@ -9,10 +9,14 @@ One JSON object per line (blank lines are skipped):
      "needs": [3],                            1-based documents the answer needs; [] = none
                                               (then <local> is the right tag)
      "wrong": ["Tomas Novak"],                optional: values that must not appear
-     "set": "sports clubs"}                   optional: a group the summary reports apart
+     "set": "sports clubs",                   optional: a group the summary reports apart
+     "protocol": "paper"}                     optional: "card" (default) or "paper"
 
-The prompt is `nl_task.user_prompt(documents, question)`, exactly what notebook 06 sends. The
-right tag is `<focus C3>` for needs [3], `<focus C2,C5>` for [2, 5], `<local>` for []. An answer
+The prompt is `nl_task.user_prompt(documents, question)`, exactly what notebook 06 sends; with
+"protocol": "paper", the paper's Magic Chunk prompt (Ho et al. 2026) of unpadded spans instead
+(`nl_task.paper_user_prompt`), whose right tag is `<focus magic_chunks="3">` and whose answer is
+read inside `<answer>...</answer>`. The right tag is `<focus C3>` for needs [3], `<focus C2,C5>`
+for [2, 5], `<local>` for []. An answer
 is right when the first sentence after the tag names exactly the `answer` values, in order,
 among answer + wrong (`nl_task.answer_correct`): naming a wrong value, or the right ones in
 another order, is wrong; answer [] (chit-chat) is right unless a wrong value appears.
@@ -37,7 +41,8 @@ from da_lab.training import nl_task as N
 from da_lab.training.task import Sample
 
 REQUIRED = ("documents", "question", "answer", "needs")
-OPTIONAL = ("id", "wrong", "set")
+OPTIONAL = ("id", "wrong", "set", "protocol")
+PROTOCOLS = ("card", "paper")
 
 
 class PromptFileError(ValueError):
@@ -70,6 +75,8 @@ def check(rec) -> str | None:
             return f"field '{k}' must be a non-empty string"
     if not isinstance(rec["question"], str) or not rec["question"].strip():
         return "field 'question' must be a non-empty string"
+    if rec.get("protocol", "card") not in PROTOCOLS:
+        return f"field 'protocol' must be one of {', '.join(PROTOCOLS)}"
     bad = (_strings(rec["documents"], "documents", False)
            or _strings(rec["answer"], "answer", True)
            or ("wrong" in rec and _strings(rec["wrong"], "wrong", True)))
@@ -124,8 +131,10 @@ def kind_of(needs: list[int]) -> str:
 
 def to_sample(rec: dict, tok=None, where: str = "") -> Sample:
     """The eval sample of one record: its prompt (user_prompt), right tag and answer rule."""
+    protocol = rec.get("protocol", "card")
+    build = N.paper_user_prompt if protocol == "paper" else N.user_prompt
     try:
-        prompt = N.user_prompt(rec["documents"], rec["question"], tok)
+        prompt = build(rec["documents"], rec["question"], tok)
     except ValueError as e:
         raise PromptFileError(f"{where or rec.get('id')}: field 'documents': {e}") from None
     needs = list(rec["needs"])
@@ -135,9 +144,9 @@ def to_sample(rec: dict, tok=None, where: str = "") -> Sample:
     meta = {"question": " ".join(rec["question"].split()), "values": vals, "wrong": wrong,
             "candidates": sorted({N.normalise(v) for v in vals + wrong} - {""}),
             "n_chunks": prompt.layout.n_chunks, "set": rec.get("set"), "id": rec["id"],
-            "documents": texts,
+            "documents": texts, "protocol": protocol,
             "holders": sorted(set(N.holders(texts, vals)) | set(needs)) if needs else []}
-    return Sample(prompt, [], tag_text(d), d, "; ".join(vals), kind_of(needs), 0,
+    return Sample(prompt, [], tag_text(d, protocol), d, "; ".join(vals), kind_of(needs), 0,
                   tuple(N.normalise(v) for v in vals), meta)
 
 

@@ -34,6 +34,7 @@ from a prompts file with "set" fields are also summarised by set.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from datetime import UTC
@@ -65,11 +66,27 @@ def tag_written(text: str, n_chunks: int) -> str | None:
     return None if offset is None else text[:offset].strip()
 
 
-def answer_text(text: str, n_chunks: int) -> tuple[object, str]:
-    """(first tag's directive or None, the answer: text after the first tag, else all of it)."""
-    directive, offset = first_tag(text, n_chunks)
-    rest = text if offset is None else text[offset:]
+def answer_text(text: str, n_chunks: int, protocol: str = "card") -> tuple[object, str]:
+    """(the chunks the model declared, its answer). The card's: the first tag's directive (None
+    when malformed) and the text after it. The paper's (Ho et al. 2026): the first focus it
+    declared (else its first tag: <local> when it needs no chunk), and the text inside
+    <answer>...</answer> (else after its last tag)."""
+    if protocol != "paper":
+        directive, offset = first_tag(text, n_chunks)
+        rest = text if offset is None else text[offset:]
+        return directive, rest.strip()
+    from da_lab.core.tags import EventKind, Mode, TagStream
+
+    events = TagStream(n_chunks=n_chunks).feed(text)
+    opened = [e.directive for e in events if e.kind is EventKind.TAG_TRAPPED
+              and not e.text.startswith("</")]
+    directive = next((d for d in opened if d.mode is Mode.FOCUS), opened[0] if opened else None)
+    m = _ANSWER.search(text)
+    rest = m.group(1) if m else text[events[-1].offset if events else 0:]
     return directive, rest.strip()
+
+
+_ANSWER = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL | re.IGNORECASE)
 
 
 def mean(xs) -> float | None:
@@ -95,7 +112,8 @@ def _score(tk, s, pid: str, outs: dict, i: int, base_text: str | None) -> dict:
     """One prompt's row: what was expected, what each run wrote, whether it is right."""
     nc = s.prompt.layout.n_chunks
     da = outs[f"{i}:da"]
-    d_tag, d_ans = answer_text(da.text, nc)
+    proto = s.meta.get("protocol", "card")
+    d_tag, d_ans = answer_text(da.text, nc, proto)
     fr = fraction_after_tag(da.rows)
     after = [r.blocks_read for r in trapped_from(da.rows)]
     row = {"id": pid, "set": s.meta.get("set"), "kind": s.kind, "question": s.meta.get("question"),
@@ -115,8 +133,8 @@ def _score(tk, s, pid: str, outs: dict, i: int, base_text: str | None) -> dict:
     row["decode_kv_read"], row["decode_kv_full"] = step_positions(da.rows)
     row["decoding_attention_cost"] = cost(row["decode_kv_read"], row["decode_kv_full"])
     a = outs[f"{i}:all"]
-    row.update(all_blocks_text=a.text, all_blocks_correct=tk.correct(answer_text(a.text, nc)[1],
-                                                                     s))
+    row.update(all_blocks_text=a.text,
+               all_blocks_correct=tk.correct(answer_text(a.text, nc, proto)[1], s))
     row.update(base_text=base_text,
                base_correct=None if base_text is None else tk.correct(base_text, s))
     for name, tag in (("wrong_tag", E.wrong_tag(s)), ("hidden_chunk", s.tag)):
@@ -128,7 +146,7 @@ def _score(tk, s, pid: str, outs: dict, i: int, base_text: str | None) -> dict:
         refused = o is not None and "da_refused" in o.flags
         row[f"{name}_refused"] = refused
         row[f"{name}_correct"] = (None if o is None or refused
-                                  else tk.correct(answer_text(o.text, nc)[1], s))
+                                  else tk.correct(answer_text(o.text, nc, proto)[1], s))
         row[f"{name}_kept_after_tag"] = None if o is None else kept_after_tag(o.rows)
     row["hidden_chunks"] = list(E.needed(s)) if row["hidden_chunk"] else None
     row["wrong_tag_chance"] = tk.chance(s) if row["wrong_tag"] else None

@@ -121,6 +121,26 @@ def user_prompt(documents: list[str], question: str, tok: ChatTokens | None = No
     return prompt
 
 
+def paper_user_prompt(documents: list[str], question: str,
+                      tok: ChatTokens | None = None) -> DAPrompt:
+    """The paper's prompt (Ho et al. 2026, core/paper.py) in the chat frame: its system prompt
+    as the system message; "Magic Chunk k:" sections of the documents, unpadded, the question
+    and the paper's instructions as the user message."""
+    from da_lab.core import paper
+
+    docs = [clean_document(d) for d in documents if d and str(d).strip()]
+    q = " ".join(str(question or "").split())
+    if not docs or not q:
+        raise ValueError("give at least one document" if not docs else "give a question")
+    tok = tok or tokens()
+    prompt = paper.paper_prompt(tok.encode, q, docs, block_size=BLOCK_SIZE, system_prompt="",
+                                frame=tok.frame(paper.SYSTEM_PROMPT))
+    if prompt.layout.prompt_len > MAX_PROMPT:
+        raise ValueError(f"the prompt is {prompt.layout.prompt_len} tokens; SmolLM2-DA was "
+                         f"trained on at most {MAX_PROMPT}")
+    return prompt
+
+
 def plain_prompt(s: Sample, tok: ChatTokens | None = None) -> list[int]:
     """What a user would send without DA: the model's default system prompt, the documents
     unpadded, the question and "Answer in one sentence." (for the base model's all-blocks
