@@ -43,6 +43,10 @@ def test_oracle_on_unaligned_spans_with_closing_tags(lab, reference):
         d = Directive.from_dict(s.directive)
         part = partially_kept(d, lay, np.asarray(s.kept_logical))
         assert len(part) >= 1          # a block shared by a hidden chunk and visible text
+    # The paper's metric: what the kernel read during decode / full attention's positions.
+    read = sum(s.built_seq_len for s in steps if s.query_len == 1)
+    full = sum(s.seq_len for s in steps if s.query_len == 1)
+    assert lab.attention_cost(da_id) == round(read / full, 4) < 0.95     # global half the time
     r = check(reference, prompt.token_ids, lab.requests[da_id]["token_ids"], state.mask_history,
               bs, forced=lab.requests[da_id]["forced"])
     assert r.compared >= 20

@@ -308,6 +308,14 @@ class Lab:
         """The hook's state of a request (live or finished): events, mask history, text."""
         return self.hook.request_state(da_id)
 
+    def attention_cost(self, da_id: str) -> float | None:
+        """The paper's decoding attention cost of a request so far: KV positions the kernel
+        read during decode / what full attention reads (core/cost.py); None before decode."""
+        from da_lab.core.cost import cost, decode_positions
+
+        st = self.request_state(da_id)
+        return cost(*decode_positions(st.mask_history, self.block_size, st.layout.prompt_len))
+
     @property
     def runner_class(self) -> str:
         return self.hook.runner_class
