@@ -3,6 +3,7 @@ spans, the paper's tags with closing tags, checked against the transformers orac
 same KV blocks masked (blocks shared by a hidden chunk and visible text are read whole)."""
 
 import numpy as np
+import pytest
 
 from da_lab.checks.oracle import check
 from da_lab.core.layout import seed_texts
@@ -52,3 +53,15 @@ def test_oracle_on_unaligned_spans_with_closing_tags(lab, reference):
     assert r.compared >= 20
     assert r.mismatches_masked == [], (r.engine_tokens, r.masked_tokens)
     assert r.mismatches_unmasked            # the masks mattered
+
+
+def test_a_closing_tag_is_refused_as_steering_with_the_reason(lab):
+    prompt = lab.paper_prompt(QUESTION, DOCS)
+    da_id = lab.add_request(prompt, max_tokens=30)
+    lab.step()
+    try:
+        with pytest.raises(ValueError, match="closes a scope the model opened"):
+            lab.steer(da_id, "</focus>")
+        assert lab.steer(da_id, '<focus magic_chunks="2">') >= 0      # the paper's tag steers
+    finally:
+        lab.run()

@@ -277,10 +277,32 @@ def test_metrics_follow_the_requests(server, client, lab):
     read = moved(before, after, "da_lab:blocks_read_total")
     assert read == a.stats["blocks_read"] + b.stats["blocks_read"]
     assert read < moved(before, after, "da_lab:blocks_in_row_total")
+    # The paper's decoding attention cost: the series add up to the requests' own.
+    kv_read = moved(before, after, "da_lab:decode_kv_positions_read_total")
+    kv_full = moved(before, after, "da_lab:decode_kv_positions_full_total")
+    assert kv_read == a.stats["decode_kv_read"] + b.stats["decode_kv_read"] < kv_full
+    assert kv_full == a.stats["decode_kv_full"] + b.stats["decode_kv_full"]
+    assert a.stats["decoding_attention_cost"] == round(a.stats["decode_kv_read"]
+                                                       / a.stats["decode_kv_full"], 4) < 1
     n = moved(before, after, "da_lab:hook_step_seconds_count")
     assert n == moved(before, after, "da_lab:steps_total") == a.stats["steps"] + b.stats["steps"]
     assert moved(before, after, "da_lab:hook_step_seconds_sum") > 0
     assert "vllm:num_requests_running" in httpx.get(server.url + "/metrics").text  # beside
+
+
+def test_the_papers_protocol_through_the_server(server, client, lab):
+    """A Magic Chunk prompt of unpadded spans travels as a chunk_spans layout; the paper's tags
+    and closing tag act on it; its stats carry the decoding attention cost."""
+    from da_lab.core.layout import seed_texts
+
+    p = lab.paper_prompt("What is the value of key 31?", seed_texts()[1])
+    assert p.layout.unaligned
+    r = client.send(p, tags=[(1, '<focus magic_chunks="3">'), (20, "</focus>")],
+                    max_tokens=30, ignore_eos=True)
+    s = r.stats
+    assert s["tags"] == ['<focus magic_chunks="3">', "</focus>"]
+    assert s["mode_switches"] == ["focus", "global"] and s["mode"] == "global"
+    assert s["blocks_read"] < s["blocks_total"] and 0 < s["decoding_attention_cost"] < 1
 
 
 def test_the_server_records_a_trace_a_widget_can_follow(server, client, lab):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 
 from da_lab.core.layout import Layout
-from da_lab.core.tags import Directive, parse_tag
+from da_lab.core.tags import Closing, Directive, parse_tag
 
 EXTRA_LAYOUT = "da_layout"      # SamplingParams.extra_args key: the Layout
 EXTRA_DIRECTOR = "da_director"  # [[output_index, [token ids]], ...] (wire: tag text allowed)
@@ -179,7 +179,7 @@ def parse_director(value, n_chunks: int) -> list[tuple[int, str | list[int]]]:
             raise ValueError(f"{what}[{k}]: output index {at} is negative")
         if isinstance(tag, str):
             d = parse_tag(tag, n_chunks)
-            if not isinstance(d, Directive):
+            if not isinstance(d, Directive | Closing):      # </focus> is the paper's too
                 raise ValueError(f"{what}[{k}]: {_short(tag)} is not a DA tag the layout allows: "
                                  f"{d.detail}")
         elif not (isinstance(tag, list) and tag and all(

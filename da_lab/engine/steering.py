@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from da_lab.core.tags import Directive, Mode, parse_tag
+from da_lab.core.tags import Closing, Directive, Mode, parse_tag
 
 
 @dataclass
@@ -89,6 +89,9 @@ def plan(lab, da_id: str, tag: str) -> SteerPlan:
                                       "hook refused it): there is nothing to steer")
     n_chunks = layout.n_chunks if layout is not None else None
     new = parse_tag(tag, n_chunks)
+    if isinstance(new, Closing):
+        return SteerPlan(None, reason=f"{tag!r} closes a scope the model opened: steer with "
+                                      "<global>, <local> or <focus ...> instead")
     if not isinstance(new, Directive):
         return SteerPlan(None, reason=f"{tag!r} is not a tag the hook acts on: {new.detail}")
     ids = lab.encode(tag)

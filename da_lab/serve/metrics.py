@@ -14,6 +14,9 @@ polls the engine in between. The edge's own refusals (HTTP 400s) are counted her
     da_lab:blocks_read_total               KV blocks the kernel read, per DA request per step
     da_lab:blocks_in_row_total             KV blocks in those requests' rows (read / in_row:
                                            the fraction of the cache DA let attention read)
+    da_lab:decode_kv_positions_read_total  KV positions the kernel read during decode steps
+    da_lab:decode_kv_positions_full_total  the positions full attention would have read (read /
+                                           full: the paper's decoding attention cost)
     da_lab:mode_switches_total{mode}       directive changes, by the mode switched to
     da_lab:malformed_tags_total{kind}      malformed_tag, unknown_chunk
     da_lab:warnings_total{kind}            da_refused, aborted_mid_tag, recompute_under_mask
@@ -71,6 +74,12 @@ class DACollector:
                       s["blocks_read"])
         yield counter("blocks_in_row", "KV blocks in the rows of those requests",
                       s["blocks_total"])
+        # The paper's decoding attention cost (Ho et al. 2026) is read_total / full_total.
+        yield counter("decode_kv_positions_read", "KV positions the kernel read during decode",
+                      s.get("decode_kv_read", 0))
+        yield counter("decode_kv_positions_full",
+                      "KV positions full attention would have read during decode",
+                      s.get("decode_kv_full", 0))
         yield counter("mode_switches", "directive changes by the mode switched to",
                       s["mode_switches"], "mode")
         yield counter("malformed_tags", "tags the hook could not use", s["malformed"], "kind")
