@@ -228,6 +228,9 @@ def _add_serving(sub) -> None:
                                      "models were trained with)")
     a.add_argument("--tag", action="append", default=[], metavar="AT:TAG",
                    help="the director writes TAG at output index AT (repeatable)")
+    a.add_argument("--protocol", choices=("card", "paper"), default="card",
+                   help="prompt format: the design card's padded chunks (default), or the "
+                        "paper's Magic Chunk prompt of unpadded spans (Ho et al. 2026)")
     a.add_argument("--model", help="served model name (default: the server's first)")
     a.add_argument("--api-key", help="the server's --api-key (default: $VLLM_API_KEY)")
     a.set_defaults(fn=cmd_ask)

@@ -86,17 +86,21 @@ class DAClient:
             self._status = r.json()
         return self._status
 
-    def prompt(self, chunks: Sequence[str], question: str, *,
-               system: str | None = None) -> DAPrompt:
+    def prompt(self, chunks: Sequence[str], question: str, *, system: str | None = None,
+               protocol: str = "card") -> DAPrompt:
+        """The DA prompt: the card's padded chunks, or protocol="paper" for the paper's
+        Magic Chunk prompt of unpadded spans (serve/prompt.py)."""
         from da_lab.serve.prompt import build
 
         return build(self.tokenizer, list(chunks), question,
-                     block_size=int(self.status["block_size"]), system=system)
+                     block_size=int(self.status["block_size"]), system=system,
+                     protocol=protocol)
 
     def ask(self, chunks: Sequence[str], question: str, *, system: str | None = None,
-            **kwargs) -> Reply:
+            protocol: str = "card", **kwargs) -> Reply:
         """Build the DA prompt for `chunks` + `question` and send it (see `send`)."""
-        return self.send(self.prompt(chunks, question, system=system), **kwargs)
+        return self.send(self.prompt(chunks, question, system=system, protocol=protocol),
+                         **kwargs)
 
     def send(self, prompt: DAPrompt | list[int], *, max_tokens: int = 64,
              tags: Sequence[tuple[int, str]] = (), stream: bool = True,
@@ -162,6 +166,7 @@ def cmd_ask(args) -> int:
         client = DAClient(args.server, args.model, api_key=args.api_key)
         on_text = None if args.json else (lambda t: (sys.stdout.write(t), sys.stdout.flush()))
         reply = client.ask(chunks, args.question, system=args.system, tags=tags,
+                           protocol=args.protocol,
                            max_tokens=args.max_tokens, on_text=on_text)
     except (OSError, ValueError, RuntimeError) as e:
         print(f"da-lab: {e}", file=sys.stderr)

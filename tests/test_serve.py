@@ -183,6 +183,14 @@ def test_chat_prompts_and_chat_completions_carry_the_layout(server, lab):
         assert text(p.token_ids[r.start * 32:r.stop * 32]).startswith(f"Document C{c}: ")
     assert text(p.token_ids).endswith("Question: What is the value of key 21?\n[assistant]")
     assert chat.send(p, tags=[(0, "<focus C2>")], max_tokens=8).stats["masked_steps"] > 0
+    # The paper's prompt in the chat frame: its system prompt as the system message.
+    pp = chat.prompt(chunks, "What is the value of key 21?", protocol="paper")
+    assert pp.layout.unaligned and pp.layout.n_chunks == 3
+    whole = text(pp.token_ids)
+    assert whole.startswith("[system] You are a helpful assistant.\n[user] Magic Chunk 1:\n")
+    assert whole.endswith("Response:\n[assistant]")
+    a, b = pp.layout.chunk_spans[1]
+    assert text(pp.token_ids[a:b]) == chunks[1]
     chat.close()
     # /v1/chat/completions: the layout travels with the messages, checked against the tokens
     # the server renders them to ("prompt_len" left out: the rendered prompt's length).
@@ -297,6 +305,9 @@ def test_the_papers_protocol_through_the_server(server, client, lab):
 
     p = lab.paper_prompt("What is the value of key 31?", seed_texts()[1])
     assert p.layout.unaligned
+    # The client builds the same prompt with the server's own tokenizer (no chat template).
+    built = client.prompt(seed_texts()[1], "What is the value of key 31?", protocol="paper")
+    assert built.token_ids == p.token_ids and built.layout == p.layout
     r = client.send(p, tags=[(1, '<focus magic_chunks="3">'), (20, "</focus>")],
                     max_tokens=30, ignore_eos=True)
     s = r.stats

@@ -78,10 +78,14 @@ def _message(r: httpx.Response) -> str:
 
 
 def build(tok: ServerTokenizer, chunks: list[str], question: str, *, block_size: int,
-          system: str | None = None) -> DAPrompt:
+          system: str | None = None, protocol: str = "card") -> DAPrompt:
     """The DA prompt for `chunks` and `question` in the model's format (see the docstring)."""
     if not chunks:
         raise ValueError("a DA prompt needs at least one chunk")
+    if protocol == "paper":
+        return _paper(tok, chunks, question, block_size, system)
+    if protocol != "card":
+        raise ValueError(f"protocol must be card or paper, not {protocol!r}")
     head_plain, system_default, intro = _defaults()
     frame = tok.chat_frame(system if system is not None else system_default)
     filler = tok.encode("\n")
@@ -100,3 +104,18 @@ def build(tok: ServerTokenizer, chunks: list[str], question: str, *, block_size:
         bos = with_bos[0] if len(with_bos) == 1 else None
     return build_prompt(tok.encode, head, chunks, tail, filler_id=filler[0], bos_id=bos,
                         block_size=block_size)
+
+
+def _paper(tok: ServerTokenizer, chunks: list[str], question: str, block_size: int,
+           system: str | None) -> DAPrompt:
+    from da_lab.core import paper
+
+    system = system if system is not None else paper.SYSTEM_PROMPT
+    frame = tok.chat_frame(system)
+    if frame is not None:           # the chat model's system message carries the system prompt
+        return paper.paper_prompt(tok.encode, question, chunks, block_size=block_size,
+                                  system_prompt="", frame=frame)
+    with_bos = tok.encode("", special=True)
+    return paper.paper_prompt(tok.encode, question, chunks, block_size=block_size,
+                              bos_id=with_bos[0] if len(with_bos) == 1 else None,
+                              system_prompt=system)
