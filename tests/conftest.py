@@ -72,7 +72,8 @@ TIERS = {
 CORE_ENGINE = {"test_engine", "test_lab_trace", "test_steering", "test_validation"}
 # ... but not their tests that start vLLM again in a child process (tens of seconds each).
 NOT_FAST = {"test_layout_travels_with_the_request_to_another_process",
-            "test_cli_demo_json_is_one_document"}
+            "test_cli_demo_json_is_one_document",
+            "test_the_lab_after_shutdown_says_it_was_shut_down"}
 TIER_OF = {m: t for t, mods in TIERS.items() for m in mods}
 
 
