@@ -52,7 +52,7 @@ def browser():
 # test_house checks that every module is listed here.
 TIERS = {
     "unit": ["test_house", "test_layout_mask", "test_tags", "test_tags_properties", "test_record",
-             "test_trace", "test_trace_broken", "test_trace_process",
+             "test_trace", "test_trace_broken", "test_trace_process", "test_trace_huge",
              "test_vllm_manifests", "test_nl_task", "test_eval_prompts", "test_eval_notebook",
              "test_packets", "test_bundle", "test_interfaces", "test_serve_units",
              "test_hook_state", "test_torch_source", "test_env_child",
