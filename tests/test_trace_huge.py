@@ -94,3 +94,10 @@ def test_a_step_of_10_to_the_30_fails_at_once_in_replay_and_export(tmp_path):
     one_line(cli("export", str(path), "--html", str(tmp_path / "run.html")), "outside 0..")
     assert time.perf_counter() - t0 < 30 and not (tmp_path / "run.html").exists()
     one_line(cli("replay", str(path)), "outside 0..")
+
+
+def test_a_folder_or_device_is_called_what_it_is_whatever_its_name(tmp_path):
+    raises(tmp_path, "is a directory")               # was "unknown trace format"
+    (tmp_path / "null.txt").symlink_to("/dev/null")
+    raises(tmp_path / "null.txt", "is a device")
+    raises(tmp_path / "nope.txt", "unknown trace format")    # a missing file: its name first

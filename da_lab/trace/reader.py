@@ -137,8 +137,16 @@ def _typed(p: Path, i: int, obj: dict, schema: int) -> StepRecord:
 def load(path) -> Trace:
     """Read a trace; any problem with the file is a TraceError naming the file and the cause."""
     p = Path(path)
-    fmt = _format_of(p)
-    check_regular(p)
+    problem = None
+    try:
+        check_regular(p)    # a folder or a device is called that, whatever its name...
+    except TraceError as e:
+        problem = e
+    if problem is not None and "no such file" not in str(problem):
+        raise problem
+    fmt = _format_of(p)     # ...but a missing file with a wrong name: the name comes first
+    if problem is not None:
+        raise problem
     try:
         fh = open(p, "rb")
     except FileNotFoundError:
