@@ -11,6 +11,24 @@ from pathlib import Path
 from da_lab.engine.env import quiet_stdout as _quiet_stdout
 
 
+def _not_a_file(path: str) -> str | None:
+    """What `path` is when it is not a regular file (a folder, a FIFO, /dev/null...): reading
+    a FIFO would block, and "no such file" would be wrong for what exists."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as e:
+        return f"can't open it ({e.strerror or e})"
+    if stat.S_ISREG(mode):
+        return None
+    kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket")
+    return f"is {kind}, not a prompts file (one JSON object per line)"
+
+
 def _eval_args(args) -> tuple[dict, str | None]:
     """The eval's generator options, or what is wrong with the arguments (before any engine)."""
     from da_lab.training.eval_base import parse_range
@@ -33,8 +51,10 @@ def _eval_args(args) -> tuple[dict, str | None]:
         gen["split"] = args.domains
     if args.prompts and gen:
         return {}, "--prompts takes its documents from the file: no --context, --chunks, --domains"
-    if args.prompts and not os.path.isfile(args.prompts):
-        return {}, f"--prompts {args.prompts}: no such file"
+    if args.prompts:
+        problem = _not_a_file(args.prompts)
+        if problem:
+            return {}, f"--prompts {args.prompts}: {problem}"
     if args.device != "auto":
         import torch
 

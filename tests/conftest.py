@@ -53,7 +53,7 @@ def browser():
 TIERS = {
     "unit": ["test_house", "test_layout_mask", "test_tags", "test_tags_properties", "test_record",
              "test_tags_paper",
-             "test_trace", "test_trace_broken", "test_trace_process",
+             "test_trace", "test_trace_broken", "test_trace_process", "test_trace_huge",
              "test_vllm_manifests", "test_nl_task", "test_eval_prompts", "test_eval_notebook",
              "test_packets", "test_bundle", "test_interfaces", "test_serve_units",
              "test_hook_state", "test_torch_source", "test_env_child",
@@ -64,7 +64,7 @@ TIERS = {
                "test_eval_smollm2", "test_smollm2", "test_finetune_smollm2",
                "test_task_train_eval", "test_quiet", "test_validation", "test_oracle_refs",
                "test_one_lab", "test_paper_engine"],
-    "serve": ["test_serve", "test_serve_hostile", "test_serve_refused"],
+    "serve": ["test_serve", "test_serve_hostile", "test_serve_refused", "test_serve_doors"],
     "browser": ["test_browser", "test_lessons_browser", "test_page", "test_widgets",
                 "test_export_skeleton", "test_export_steps", "test_first_cell"],
 }
@@ -74,7 +74,8 @@ CORE_ENGINE = {"test_engine", "test_lab_trace", "test_steering", "test_validatio
                "test_paper_engine"}
 # ... but not their tests that start vLLM again in a child process (tens of seconds each).
 NOT_FAST = {"test_layout_travels_with_the_request_to_another_process",
-            "test_cli_demo_json_is_one_document"}
+            "test_cli_demo_json_is_one_document",
+            "test_the_lab_after_shutdown_says_it_was_shut_down"}
 TIER_OF = {m: t for t, mods in TIERS.items() for m in mods}
 
 

@@ -43,6 +43,8 @@ BAD = [
     (json.dumps({**GOOD, "wrong": [7]}), "field 'wrong' item 1"),
     (json.dumps({**GOOD, "id": 5}), "field 'id' must be a non-empty string"),
     (json.dumps({**GOOD, "answers": ["1980"]}), "field 'answers' is not known"),
+    ('{"documents": [' + "7" * 5000 + "]}", "not JSON (Exceeds the limit"),
+    ("[" * 100000, "not JSON (nested too deeply"),
 ]
 
 
@@ -173,3 +175,29 @@ def test_paper_protocol_lines(tmp_path):
     d, ans = answer_text(reply, 2, "paper")
     assert d == s.directive and ans == "Mara Olsen"
     assert answer_text(reply, 2)[0].mode.value == "global"      # the card reads the first tag
+
+
+@pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\u0085"])
+def test_a_line_holding_a_raw_unicode_line_separator_in_a_string_is_read(tmp_path, sep):
+    """Lines end at "\n" only: str.splitlines() cut such a line in two ("not JSON")."""
+    rec = {**GOOD, "question": f"In which year{sep}was Bo Sun born?"}
+    f = tmp_path / "p.jsonl"
+    f.write_text(json.dumps(GOOD) + "\n" + json.dumps(rec, ensure_ascii=False) + "\r\n",
+                 encoding="utf-8")
+    got = P.load(f)
+    assert [r["_line"] for r in got] == [1, 2] and got[1]["question"] == rec["question"]
+
+
+def test_prompts_that_are_no_file_are_called_what_they_are(tmp_path):
+    from types import SimpleNamespace
+
+    from da_lab.cli_eval import _eval_args
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path, says in ((tmp_path, "is a folder"), (fifo, "is a FIFO"),
+                       ("/dev/null", "is a device"), (tmp_path / "nope", "no such file")):
+        args = SimpleNamespace(out=None, n=None, wave=None, max_tokens=None, context=None,
+                               chunks=None, domains=None, prompts=str(path), device="auto")
+        assert _eval_args(args) == ({}, f"--prompts {path}: {says}" + (
+            ", not a prompts file (one JSON object per line)" if "is a" in says else ""))

@@ -59,3 +59,73 @@ def test_validation_abort_and_steer_unknown_ids(lab):
         lab.steer("nope", "<local>")
     with pytest.raises(ValueError, match="no request 'nope'"):
         lab.result("nope")
+
+
+@pytest.mark.parametrize("prompt, says", [
+    ("What is the value of key 3?", "not str; for text use lab.encode"),
+    (b"\x01\x02", "not bytes"),
+    ([1, 2.5, 3], "must be ints, not float"),
+    ([1, True], "must be ints, not bool"),
+    (iter([1, 2]), "list of token ids"),
+    (None, "not NoneType"),
+])
+def test_a_prompt_that_is_not_token_ids_is_a_type_error_from_da_lab(lab, prompt, says):
+    n = len(lab.requests)
+    with pytest.raises(TypeError, match=None) as e:
+        lab.add_request(prompt, max_tokens=4)
+    assert says in str(e.value) and "vllm" not in e.traceback[-1].path.as_posix(), e.value
+    assert len(lab.requests) == n and not lab.has_unfinished()
+
+
+@pytest.mark.parametrize("tags, says", [
+    ([(1.7, "<local>")], "output index 1.7 must be a whole number"),
+    ([(True, "<local>")], "output index True"),
+    ([(2, None)], "must be tag text"),
+    ([(2, "")], "must be tag text"),
+    ([(2, 7)], "must be tag text"),
+    ([(2,)], "each tag is (output index, tag text)"),
+])
+def test_a_director_tag_at_a_float_index_or_without_text_is_refused(lab, tags, says):
+    n = len(lab.requests)
+    with pytest.raises(ValueError) as e:
+        lab.add_request(lab.seed_prompt(), tags=tags, max_tokens=20)
+    assert says in str(e.value), e.value
+    assert len(lab.requests) == n and not lab.has_unfinished()
+
+
+AFTER_SHUTDOWN = """
+import json, sys
+from da_lab.engine.lab import Lab
+lab = Lab(sys.argv[1])
+p = lab.seed_prompt()
+lab.shutdown()
+out = {}
+for name, call in [("step", lambda: lab.step()), ("add_request", lambda: lab.add_request(p)),
+                   ("run", lambda: lab.run()), ("has_unfinished", lambda: lab.has_unfinished()),
+                   ("record", lambda: lab.record(sys.argv[2])),
+                   ("steer", lambda: lab.steer("x", "<local>"))]:
+    try:
+        call()
+        out[name] = "no error"
+    except Exception as e:
+        out[name] = f"{type(e).__name__}: {e}"
+lab.shutdown()               # twice is fine
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_the_lab_after_shutdown_says_it_was_shut_down(tiny_model, tmp_path):
+    """Each call once raised AttributeError: 'NoneType' object has no attribute ... (its own
+    process: this one's Lab is shared by the other tests)."""
+    import json
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", AFTER_SHUTDOWN, tiny_model,
+                        str(tmp_path / "t.jsonl.gz")], capture_output=True, text=True,
+                       timeout=600)
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert r.returncode == 0 and line, r.stderr[-3000:]
+    for name, said in json.loads(line[0][7:]).items():
+        assert said.startswith("RuntimeError: this Lab has been shut down"), (name, said)
+    assert not (tmp_path / "t.jsonl.gz").exists()

@@ -200,13 +200,15 @@ class Lab:
 
         from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
 
+        self._alive()
         da_id = request_id or f"r{len(self.requests)}-{uuid.uuid4().hex[:6]}"
         validate.check_request_id(da_id, self.requests)
+        validate.check_prompt_type(prompt)
         ids = validate.check_prompt(prompt, self.block_size, self.max_model_len, max_tokens)
         extra: dict = {EXTRA_ID: da_id}
         if isinstance(prompt, DAPrompt):
             extra[EXTRA_LAYOUT] = prompt.layout.to_dict()
-        tags = sorted((int(at), str(text)) for at, text in tags)
+        tags = sorted(validate.tag_pair(t) for t in tags)
         if tags:
             extra[EXTRA_DIRECTOR] = [[at, self.encode(text)] for at, text in tags]
             validate.check_tags(extra[EXTRA_DIRECTOR], max_tokens)
@@ -234,6 +236,7 @@ class Lab:
         wrote. Returns that output index. Raises ValueError, saying why, when the tag would not
         be written or would change nothing (engine/steering.py). (The mode never changes
         beside the stream: this only forces tokens.)"""
+        self._alive()
         plan = steering.plan(self, da_id, tag)
         if not plan.ok:
             raise ValueError(plan.reason)
@@ -267,6 +270,7 @@ class Lab:
     # ---- stepping ------------------------------------------------------------------------
     def step(self) -> StepRecord:
         """Run exactly one engine step and return its record."""
+        self._alive()
         t0 = time.perf_counter()
         outs = self.engine.step()
         wall = time.perf_counter() - t0
@@ -295,6 +299,7 @@ class Lab:
         return rec
 
     def has_unfinished(self) -> bool:
+        self._alive()
         return self.engine.has_unfinished_requests()
 
     def __iter__(self):
@@ -364,6 +369,7 @@ class Lab:
         compression run in a child process (trace_process.py), off the engine's thread."""
         from da_lab.trace.process import ProcessTraceWriter
 
+        self._alive()
         self.stop_recording()
         self._writer = ProcessTraceWriter(path, self.trace_header())
         return self._writer
@@ -374,6 +380,12 @@ class Lab:
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.close()
+
+    def _alive(self) -> None:
+        # After shutdown() the engine is gone: say so, not "'NoneType' has no attribute".
+        if self.engine is None:
+            raise RuntimeError("this Lab has been shut down; start a new one (Lab(...)) to "
+                               "run more requests")
 
     def shutdown(self) -> None:
         try:

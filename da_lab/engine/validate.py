@@ -38,6 +38,39 @@ def max_model_len(model: str | Path, num_blocks: int, block_size: int,
     return min(default, limit) if limit is not None else default
 
 
+def check_prompt_type(prompt) -> None:
+    """A DAPrompt or token ids; text must be encoded first (vLLM's error would come from deep
+    inside it)."""
+    from numbers import Integral
+
+    if isinstance(prompt, DAPrompt):
+        return
+    if isinstance(prompt, str | bytes) or not hasattr(prompt, "__iter__") or \
+            iter(prompt) is prompt:       # an iterator would be used up by this check
+        raise TypeError(f"prompt must be a DAPrompt or a list of token ids, not "
+                        f"{type(prompt).__name__}; for text use lab.encode(text)")
+    bad = next((x for x in prompt if isinstance(x, bool) or not isinstance(x, Integral)), None)
+    if bad is not None:
+        raise TypeError(f"prompt token ids must be ints, not {type(bad).__name__} ({bad!r:.40})")
+
+
+def tag_pair(pair) -> tuple[int, str]:
+    """(output index, tag text) of a director tag, refused when it isn't one (1.7 is no
+    index, None no tag)."""
+    from numbers import Integral
+
+    try:
+        at, text = pair
+    except (TypeError, ValueError):
+        raise ValueError(f"tags: each tag is (output index, tag text), not {pair!r:.60}") from None
+    if isinstance(at, bool) or not isinstance(at, Integral):
+        raise ValueError(f"tags: output index {at!r:.40} must be a whole number")
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"tags: the tag at output {at} must be tag text such as '<local>', "
+                         f"not {text!r:.40}")
+    return int(at), text
+
+
 def check_prompt(prompt, block_size: int, max_model_len: int, max_tokens) -> list[int]:
     """The prompt's token ids, after checking its layout and length against the engine."""
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:

@@ -5,7 +5,8 @@
     metrics.py    the DA series on /metrics
     launch.py     `da-lab serve`: vLLM's server with the plugins and the lab's settings
     prompt.py     a DA prompt built through the server's own tokenizer (for the client)
-    gate.py       refusals that need the request vLLM built (beam search, streamed responses)
+    gate.py       checks on the request vLLM parsed, at every door (beam search, streams, batches)
+    keys.py       --api-key over every route but a short open list (GET /da/routes says which)
     ids.py        the da_ids of the requests running now (a reused one is a 400)
     child.py      a `da-lab serve` process a test or benchmark starts and stops
     check.py      `python -m da_lab.serve.check`: a running server's DA, checked end to end

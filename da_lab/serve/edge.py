@@ -39,6 +39,20 @@ def prompt_token_ids(prompt) -> list[int] | None:
     return list(ids) if ids is not None else None
 
 
+STRUCTURED = (f"vllm_xargs.{EXTRA_DIRECTOR} can't be combined with structured output "
+              "(guided_regex, guided_json, guided_choice, guided_grammar, response_format "
+              "json_object/json_schema, structured_outputs): the director writes its tags into "
+              "the reply, and the grammar would refuse those tokens; send the director or the "
+              "structured output, not both (a layout alone may carry structured output)")
+
+
+def structured(params) -> bool:
+    """Whether the SamplingParams vLLM built carry a grammar (0.32: structured_outputs; older
+    releases: guided_decoding)."""
+    return any(getattr(params, name, None) is not None
+               for name in ("structured_outputs", "guided_decoding"))
+
+
 class Edge:
     def __init__(self, *, block_size: int, vocab_size: int, disabled: str | None,
                  tokenizer) -> None:
@@ -112,6 +126,13 @@ class Edge:
                                       "and stats belong to one request")
         if ex.get(EXTRA_ID) is not None and not isinstance(ex[EXTRA_ID], str | int):
             raise EdgeError("id", f"vllm_xargs.{EXTRA_ID} must be a string")
+        if isinstance(ex.get(EXTRA_ID), str) and ("/" in ex[EXTRA_ID] or not ex[EXTRA_ID]):
+            # GET /da/requests/{da_id} is one path segment: such an id could never be fetched.
+            raise EdgeError("id", f"vllm_xargs.{EXTRA_ID} {ex[EXTRA_ID][:80]!r} can't be an "
+                                  "id: it must be non-empty and hold no '/' (its stats are "
+                                  f"fetched at /da/requests/{{{EXTRA_ID}}})")
+        if EXTRA_DIRECTOR in ex and structured(params):
+            raise EdgeError("structured_output", STRUCTURED)
         try:
             layout = parse_layout(ex[EXTRA_LAYOUT], len(ids), block_size=self.block_size)
         except ValueError as e:

@@ -30,8 +30,8 @@ import logging
 import os
 import secrets
 
+from da_lab.serve import gate, keys
 from da_lab.serve.edge import Edge
-from da_lab.serve.gate import Gate
 from da_lab.serve.metrics import DACollector, register
 
 # Under vLLM's logger, so these lines come out with vLLM's own handlers and format.
@@ -61,13 +61,17 @@ class DAEndpoints:
         self.status: dict = {}
         self.edge: Edge | None = None
         self.collector: DACollector | None = None
-        self.key_hashes: list[bytes] = []     # --api-key / VLLM_API_KEY: guards /da/* too
+        self.key_hashes: list[bytes] = []     # --api-key / VLLM_API_KEY: guards every route
+        self.app = None                       # but keys.OPEN (keys.py)
+        self.doors: list[str] = []            # the serving handlers gate.py checks
 
     # ---- vLLM's endpoint-plugin contract ---------------------------------------------------
     def attach_router(self, app) -> None:
+        self.app = app
         app.include_router(self._router())
         app.add_middleware(RefreshOnScrape, plugin=self)
-        app.add_middleware(Gate, plugin=self)
+        app.add_middleware(gate.ErrorEvents, plugin=self)
+        app.add_middleware(keys.KeyGuard, plugin=self)
 
     async def init_state(self, engine_client, state, args) -> None:
         if engine_client is None:         # vLLM's CPU-only render server: no engine
@@ -85,6 +89,7 @@ class DAEndpoints:
                          disabled=self.status.get("disabled"),
                          tokenizer=_tokenizer(engine_client))
         self.edge.install(engine_client)
+        self.doors = gate.install(state, self)
         self.collector = DACollector(str(self.status["model"]), self.edge.rejected)
         register(self.collector)
         state.da_lab = self
@@ -135,6 +140,12 @@ class DAEndpoints:
         @router.get("/da/state")
         async def da_state():
             return JSONResponse({"ranks": await self.rpc("state")})
+
+        @router.get("/da/routes")
+        async def da_routes():
+            # Read from the app now (every router is in by the time a request comes).
+            return JSONResponse(dict(keys.routes(self.app), key=bool(self.key_hashes),
+                                     doors=self.doors))
 
         @router.get("/da/requests/{da_id}")
         async def da_request(da_id: str, ranks: str = ""):

@@ -10,15 +10,33 @@ Ids:
   - a `da_id` on a request of one prompt: that id; on a list of prompts, the first prompt keeps
     it and prompt k (k >= 1) gets `<da_id>-<k>` (vLLM hands every prompt of a list the same
     vllm_xargs dict, which is how the prompts of one list are told from other requests);
+  - the items of one `/v1/chat/completions/batch` request (each gets its own copy of the
+    vllm_xargs dict) are numbered the same way, within the `batch_ids()` context the batch
+    handler runs in (gate.py);
   - an id a running request already holds: refused (HTTP 400). A finished request's id may be
     used again; its stats then show the newest request.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import weakref
 
 from da_lab.core.wire import EXTRA_ID
+
+# The batch being rendered in this task: its items share one numbering of `da_id`.
+_BATCH: contextvars.ContextVar[object | None] = contextvars.ContextVar("da_batch", default=None)
+
+
+@contextlib.contextmanager
+def batch_ids():
+    """Within this block, every request claimed with a `da_id` is an item of one batch."""
+    token = _BATCH.set(object())
+    try:
+        yield
+    finally:
+        _BATCH.reset(token)
 
 
 class IdInUse(ValueError):
@@ -40,9 +58,10 @@ class LiveIds:
         if base is None:
             da_id = str(req_id)
         else:
-            group = self._lists.get(id(extra_args))
-            if group is None or group[0] is not extra_args:
-                group = [extra_args, 0, 0]
+            key = _BATCH.get() or extra_args      # a batch's items, or one list's prompts
+            group = self._lists.get(id(key))
+            if group is None or group[0] is not key:
+                group = [key, 0, 0]
             da_id = str(base) if group[1] == 0 else f"{base}-{group[1]}"
         if da_id in self.live:
             raise IdInUse(f"da_id {da_id!r} belongs to a request that is still running on this "
@@ -52,7 +71,7 @@ class LiveIds:
         if group is not None:
             group[1] += 1
             group[2] += 1
-            self._lists[id(extra_args)] = group
+            self._lists[id(group[0])] = group
             self._list_of[da_id] = group
         return da_id
 

@@ -28,7 +28,10 @@ ROW_GROUP_SIZE = 1000
 # 8k context is ~0.7 MB of JSON.
 ROW_GROUP_BYTES = 64 << 20
 _FORMATS = (".jsonl.gz", ".parquet")
-_INT64 = (-(2**63), 2**63 - 1)
+# A step number the page can play: JavaScript numbers hold integers exactly up to 2**53 - 1.
+MAX_STEP = 2**53 - 1
+# The longest line a .jsonl.gz reader takes: one step of a batch of 64 at 8k context is ~0.7 MB.
+MAX_LINE_BYTES = 64 << 20
 
 
 class TraceError(ValueError):
@@ -131,6 +134,11 @@ def _check_record(where: str, i: int, rec: Any) -> dict:
         raise TraceError(f"{where}: record {i} is a JSON {type(rec).__name__}, not an object")
     if not _is_int(rec.get("step")):
         raise TraceError(f'{where}: record {i} has no integer "step"')
+    if not 0 <= rec["step"] <= MAX_STEP:
+        digits = str(abs(rec["step"]))      # json holds at most 4,300 digits: str() is safe
+        shown = rec["step"] if len(digits) <= 20 else f"a {len(digits)}-digit number"
+        raise TraceError(f'{where}: record {i}: "step" is {shown}, outside 0..{MAX_STEP} '
+                         "(2**53 - 1: the steps an engine run counts)")
     if "requests" in rec and not isinstance(rec["requests"], list):
         raise TraceError(f'{where}: record {i} (step {rec["step"]}): "requests" is not a list')
     return rec
@@ -141,8 +149,9 @@ def check_writable(path: Path, i: int, record: Any) -> None:
     the record is encoded). `record`: a StepRecord or its JSON dict."""
     step = record.step if isinstance(record, StepRecord) else \
         _check_record(str(path), i, record)["step"]
-    if _format_of(path) == ".parquet" and not _INT64[0] <= step <= _INT64[1]:
-        raise TraceError(f"{path}: record {i}: step {step} does not fit the int64 step column")
+    _format_of(path)
+    if not 0 <= step <= MAX_STEP:       # load() refuses it (and MAX_STEP fits parquet's int64)
+        raise TraceError(f"{path}: record {i}: step {step} is outside 0..{MAX_STEP}")
     if not isinstance(record, StepRecord):
         try:      # a dict must be a record load() reads back (StepRecord.to_json's form)
             StepRecord.from_json(record, SCHEMA)

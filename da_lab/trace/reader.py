@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from da_lab.core.record import RecordError, StepRecord
 from da_lab.trace.format import (
+    MAX_LINE_BYTES,
     PARQUET_KEY,
     TraceError,
     _check_header,
@@ -135,8 +137,16 @@ def _typed(p: Path, i: int, obj: dict, schema: int) -> StepRecord:
 def load(path) -> Trace:
     """Read a trace; any problem with the file is a TraceError naming the file and the cause."""
     p = Path(path)
-    fmt = _format_of(p)
-    check_regular(p)
+    problem = None
+    try:
+        check_regular(p)    # a folder or a device is called that, whatever its name...
+    except TraceError as e:
+        problem = e
+    if problem is not None and "no such file" not in str(problem):
+        raise problem
+    fmt = _format_of(p)     # ...but a missing file with a wrong name: the name comes first
+    if problem is not None:
+        raise problem
     try:
         fh = open(p, "rb")
     except FileNotFoundError:
@@ -153,10 +163,53 @@ def load(path) -> Trace:
         return _load_parquet(p, fh)
 
 
+_NONBLANK = re.compile(rb"[^ \t\r\n\x0b\x0c]")
+READ_CHUNK = 1 << 20
+
+
+def _lines(p: Path, gz) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of every non-blank line, read in chunks: runs of blank lines are
+    skipped by a regex and counted, not split one by one (a gzip of 1 GB of newlines is a few
+    seconds), and a line past MAX_LINE_BYTES is refused before it is held whole."""
+    n = 0                      # newlines before the current position
+    pending: list[bytes] = []  # the start of a line that has no newline yet
+    size = 0
+    while chunk := gz.read1(READ_CHUNK):    # read1: what a truncated stream held is kept
+        start = 0
+        if pending:
+            end = chunk.find(b"\n")
+            if end < 0:
+                pending.append(chunk)
+                size += len(chunk)
+                if size > MAX_LINE_BYTES:
+                    raise TraceError(f"{p}: line {n + 1} is longer than "
+                                     f"{MAX_LINE_BYTES >> 20} MiB; no step record is that long")
+                continue
+            line, pending, size = b"".join([*pending, chunk[:end]]), [], 0
+            n += 1
+            yield n, line
+            start = end + 1
+        while True:
+            m = _NONBLANK.search(chunk, start)
+            if m is None:
+                n += chunk.count(b"\n", start)
+                break
+            n += chunk.count(b"\n", start, m.start())
+            end = chunk.find(b"\n", m.start())
+            if end < 0:
+                pending, size = [chunk[m.start():]], len(chunk) - m.start()
+                break
+            n += 1
+            yield n, chunk[m.start():end]
+            start = end + 1
+    if pending:
+        yield n + 1, b"".join(pending)
+
+
 def _load_jsonl(p: Path, fh) -> Trace:
     header: dict | None = None
     records: list[dict] = []
-    n = 0  # lines seen
+    n = 0  # the line being read
 
     def parse(raw: bytes):
         try:
@@ -167,16 +220,16 @@ def _load_jsonl(p: Path, fh) -> Trace:
             what = f"not JSON ({_oneline(e)})"
         except RecursionError:
             what = "nested too deeply"
+        except ValueError as e:     # e.g. an integer of more digits than Python converts
+            what = f"not JSON ({_oneline(e)})"
         if header is None:
             raise TraceError(f"{p}: not a da_lab trace (first line is {what})")
         raise TraceError(f"{p}: line {n} is {what}, after {_plural(len(records))}")
 
     try:
         with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
-            for raw in gz:
-                n += 1
-                if not raw.strip():
-                    continue  # tolerate blank lines (e.g. a hand-edited file)
+            for item in _lines(p, gz):
+                n, raw = item            # parse() names line n
                 obj = parse(raw)
                 if header is None:
                     header = _check_header(str(p), obj, "first line")
@@ -189,7 +242,7 @@ def _load_jsonl(p: Path, fh) -> Trace:
         raise TraceError(f"{p}: truncated (gzip stream ended early after "
                          f"{_plural(len(records))})") from None
     except gzip.BadGzipFile as e:
-        if n == 0 and str(e).startswith("Not a gzipped file"):
+        if n == 0 and not records and str(e).startswith("Not a gzipped file"):
             raise TraceError(f"{p}: not a gzip file (a .jsonl.gz trace is gzip-compressed "
                              "JSON lines)") from None
         raise TraceError(f"{p}: corrupt gzip data after {_plural(len(records))} "

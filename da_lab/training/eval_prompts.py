@@ -104,7 +104,9 @@ def load(path: str | Path) -> list[dict]:
     PromptFileError naming it."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # Lines end at "\n" only: str.splitlines() also splits at U+2028, U+0085, ..., which
+        # a valid JSON string may hold raw.
+        lines = path.read_text(encoding="utf-8").split("\n")
     except (OSError, UnicodeDecodeError) as e:
         raise PromptFileError(f"{path}: can't read it ({e})") from None
     out = []
@@ -113,8 +115,13 @@ def load(path: str | Path) -> list[dict]:
             continue
         try:
             rec = json.loads(line)
-        except ValueError as e:
+        except json.JSONDecodeError as e:
             raise PromptFileError(f"{path}:{i}: not JSON ({e.msg} at column {e.colno})") \
+                from None
+        except ValueError as e:      # e.g. an integer longer than Python converts
+            raise PromptFileError(f"{path}:{i}: not JSON ({e})") from None
+        except RecursionError:
+            raise PromptFileError(f"{path}:{i}: not JSON (nested too deeply to read)") \
                 from None
         bad = check(rec)
         if bad:
