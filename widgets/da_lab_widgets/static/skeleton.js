@@ -10,7 +10,7 @@ import { short } from "./pathtext.js";
 
 // 14 px lines, 5 px gaps and one-line boxes where a row has room keep the skeleton of a small
 // model within one 768 px screen under the player's controls
-const LINE = 14, GAP = 5, PAD = 14, GL = 150, SLOT_LINE = "#8a8a8a", SEP = "  ·  ";
+const LINE = 13, GAP = 4, PAD = 14, GL = 150, SLOT_LINE = "#8a8a8a", SEP = "  ·  ";
 
 export class SkeletonDiagram extends Diagram {
   constructor(ctx) {
@@ -60,7 +60,15 @@ export class SkeletonDiagram extends Diagram {
   _words() {
     this.titleEl.replaceChildren();
     for (const [t, st] of this.cfg.title) h(st === "b" ? "b" : "span", { text: t }, this.titleEl);
-    this.capEl.replaceChildren(...this.cfg.caption.map((p) => h("div", { text: p })));
+    // the engine's config and compilation one click away: the drawing then fits one screen
+    const more = this.cfg.caption.filter((p) => /^(config|compilation):/.test(p));
+    this.capEl.replaceChildren(...this.cfg.caption.filter((p) => !more.includes(p))
+      .map((p) => h("div", { text: p })));
+    if (more.length) {
+      const d = h("details", {}, this.capEl);
+      h("summary", { text: "the engine's config and compilation" }, d);
+      for (const p of more) h("div", { text: p }, d);
+    }
   }
 
   layout(w) {
@@ -72,10 +80,10 @@ export class SkeletonDiagram extends Diagram {
     const spans = new Map();
     this.cfg.rows.forEach((row, ri) => {
       const width = (ls) => Math.max(12 * 6.6, ...ls.map(lineWidth)) + PAD;
-      // (one line of text: 10% to spare, as the canvas's measure and the SVG's may differ)
+      // (one line of text: 3% to spare, as the canvas's measure and the SVG's may differ)
       const fits = (u, room = 1) => u.map(width).reduce((a, b) => a + b, 0) <= room * (x1 - x0);
       let use = row.boxes.map((b) => [oneLine(b.lines)]);      // a box's lines side by side
-      if (!fits(use, 0.9)) use = row.boxes.map((b) => b.lines);
+      if (!fits(use, 0.97)) use = row.boxes.map((b) => b.lines);
       if (!fits(use)) use = row.boxes.map((b) => b.wrapped);
       const need = use.map(width);
       const groups = [[]];
@@ -87,9 +95,14 @@ export class SkeletonDiagram extends Diagram {
       const start = y;
       for (const line of groups) {
         // a box alone on its line may still fit on one line of text
+        // a row split over several lines may have room on each for fewer, longer lines
         const flat = line.length === 1 ? [oneLine(row.boxes[line[0]].lines)] : null;
-        if (flat && fits([flat], 0.9)) { use[line[0]] = flat; need[line[0]] = width(flat); }
-        const hgt = Math.max(...line.map((k) => use[k].length)) * LINE + 8;
+        const full = line.map((k) => row.boxes[k].lines);
+        if (flat && fits([flat], 0.97)) { use[line[0]] = flat; need[line[0]] = width(flat); }
+        else if (groups.length > 1 && fits(full)) {
+          line.forEach((k, j) => { use[k] = full[j]; need[k] = width(full[j]); });
+        }
+        const hgt = Math.max(...line.map((k) => use[k].length)) * LINE + 7;
         const total = line.reduce((a, k) => a + need[k], 0);
         let x = x0;
         for (const k of line) {
@@ -134,7 +147,7 @@ export class SkeletonDiagram extends Diagram {
                             "stroke-dasharray": p.box.io ? "2 3" : null }, g);
       const t = s("text", { "text-anchor": "middle", "font-size": SMALL, fill: "#222" }, g);
       p.lines.forEach((ln, k) => {
-        const first = s("tspan", { x: p.x + p.w / 2, y: yt + 15 + k * LINE }, t);
+        const first = s("tspan", { x: p.x + p.w / 2, y: yt + 14 + k * LINE }, t);
         ln.forEach(([txt, st], n) => {
           const span = n ? s("tspan", {}, t) : first;
           if (st === "b") span.setAttribute("font-weight", "bold");
