@@ -15,9 +15,14 @@ PAGE_JS = """() => { const panel = window.jupyterapp.shell.currentWidget;
     return {
         steps: [...panel.node.querySelectorAll('[data-da-player]')].map(p => p.dataset.daStep),
         predict: code.filter(c => c.model.sharedModel.getSource().includes('PREDICT = None'))
-            .map(c => (c.node.querySelector('.jp-OutputArea') || {}).innerText || ''),
+            .map(c => c.model.outputs.toJSON().map(o => [].concat(o.text || (o.data || {})
+                ['text/plain'] || []).join('')).join('')),
         ticked: panel.node.querySelectorAll('[data-da-chunk]:checked').length,
         off: [...panel.node.querySelectorAll('.da-steer-off')].map(e => e.textContent)}; }"""
+
+# Cell k's printed text, from the notebook's model (a cell scrolled far away may not be drawn)
+OUT_JS = """(k) => window.jupyterapp.shell.currentWidget.content.widgets[k].model.outputs.toJSON()
+    .map(o => [].concat(o.text || (o.data || {})['text/plain'] || []).join('')).join('')"""
 
 # What a predict cell prints only once the reader has guessed (the engine's or trace's answer).
 ANSWERS = ("✓ right", "✗ you said", "blocks read", "staged row", "kernel read", "wrote:",
@@ -86,10 +91,9 @@ def guess_in_03(page) -> tuple[str, str]:
     line)."""
     k = _set_predict(page, "1")
     run_cells(page, [k])
-    page.wait_for_function("""(k) => (window.jupyterapp.shell.currentWidget.content.widgets[k]
-        .node.innerText.includes('✗ you said'))""", arg=k, timeout=120_000)
-    out = page.evaluate("(k) => window.jupyterapp.shell.currentWidget.content.widgets[k]"
-                        ".node.querySelector('.jp-OutputArea').innerText", k)
+    page.wait_for_function(f"(k) => ({OUT_JS})(k).includes('✗ you said')", arg=k,
+                           timeout=120_000)
+    out = page.evaluate(OUT_JS, k)
     _set_predict(page, "None          # a number")
     m = re.search(r"(\S+)'s step (\d+) \(engine step \d+\): it holds (\d+) tokens", out)
     assert m and m[2] == "16", f"03 does not count the request's own steps: {out!r}"
