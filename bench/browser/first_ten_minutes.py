@@ -52,7 +52,8 @@ FIRST_CELL = """() => { const c = window.jupyterapp.shell.currentWidget.content.
 
 
 def _lab(clone: Path, log: Path, marks: dict, t0: float) -> subprocess.Popen:
-    cfg = Path(tempfile.mkdtemp(prefix="ftm-cfg-"))
+    cfg = log.parent / "jupyter-config"      # inside the scratch folder: removed with it
+    cfg.mkdir(exist_ok=True)
     (cfg / "jupyter_server_config.json").write_text(
         json.dumps({"LabApp": {"expose_app_in_browser": True}}))
     env = dict(os.environ, JUPYTER_CONFIG_PATH=str(cfg))
