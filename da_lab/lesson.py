@@ -42,7 +42,7 @@ def writes_own_tags(model: str | Path) -> bool:
 
 def lesson_question(k: int):
     """The k-th lesson question: held-out single-chunk questions whose answer is not in C1
-    (so the steering panel's default FOCUS, C1, never repeats the model's own tag)."""
+    (so FOCUS on C1 always differs from the model's own tag; the browser test steers it)."""
     from da_lab.training import task
 
     found, i = -1, 0

@@ -11,9 +11,22 @@ layout checks at 1920 x 1080, where the diagrams must use the wider screen.
 from __future__ import annotations
 
 import contextlib
+import tempfile
+from pathlib import Path
 
+import lesson_checks as lc
 import pytest
-from browser_lab import PLAYER, ROOT, layout, open_notebook, player_state, run_all
+from browser_lab import (
+    KERNEL_IDLE,
+    PLAYER,
+    ROOT,
+    code_cells,
+    layout,
+    open_notebook,
+    player_state,
+    run_all,
+    run_cells,
+)
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 LESSONS = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
@@ -81,6 +94,10 @@ def _check_screen(page, name: str, size: str) -> None:
             need = min(dia["bottom"] - dia["top"], room - GAP) - 2
             assert shown >= need, f"{where}: the diagram is not on screen under the " \
                 f"controls ({shown:.0f} of {need:.0f} px shown): {g}"
+            if g["name"] == "1":        # the skeleton: all of it on one screen
+                tall = dia["bottom"] - dia["top"]
+                assert tall <= room - GAP + 2, f"{where}: diagram 1 is {tall:.0f} px tall, " \
+                    f"{room:.0f} px fit under the controls"
             for what, box in g["steer"]:
                 assert _inside(box, view), f"{where}: {what} is off screen with its " \
                     f"diagram: {g}"
@@ -93,17 +110,31 @@ def _check_screen(page, name: str, size: str) -> None:
 def test_lesson_runs_twice_fits_both_screens_and_survives_a_reload(jupyter, name):
     server, browser = jupyter
     page = _page(browser, SMALL)
+    serve_dirs = set(Path(tempfile.gettempdir()).glob("da-lab-serve-*"))
     try:
         open_notebook(page, server, name)
         _ran(page, name, "Run All")
         assert page.locator(PLAYER).count() >= 1, f"{name}: no player after Run All"
         page.wait_for_selector(f"{PLAYER}[data-da-drawn]", timeout=60_000)
+        lc.fresh(page, name, "Run All")
         _check_screen(page, name, "1366x768")
+        if name.startswith("00"):
+            lc.first_play_shows_the_tag(page)
+        if name.startswith("07"):
+            left = set(Path(tempfile.gettempdir()).glob("da-lab-serve-*")) - serve_dirs
+            assert not left, f"07 left its server's folder behind: {left}"
+            lc.end_of_07(page)
         small = page.evaluate("() => Math.max(...[...document.querySelectorAll("
                               "'[data-da-diagram]')].map(e => e.getBoundingClientRect().width))")
 
+        first = lc.guess_in_03(page) if name.startswith("03") else None
         _ran(page, name, "Run All a second time")
         page.wait_for_selector(f"{PLAYER}[data-da-drawn]", timeout=60_000)
+        lc.fresh(page, name, "a second Run All")
+        if first:       # the engine's steps count on; the lesson's words stay the same
+            again = lc.guess_in_03(page)
+            assert again[1].split(" (engine")[0] == first[1].split(" (engine")[0] or \
+                again[0] != first[0], (first, again)
         before = page.evaluate(COUNTS_JS)
         assert all(s and int(s) >= 1 for s, _, _ in before), f"{name}: {before}"
 
@@ -139,4 +170,108 @@ def test_lesson_runs_twice_fits_both_screens_and_survives_a_reload(jupyter, name
         # what the test reports, not one in this clean-up)
         with contextlib.suppress(Exception):
             page.evaluate("window.jupyterapp.serviceManager.sessions.shutdownAll()")
+        page.close()
+
+
+STATUS = "document.querySelector('[data-da-diagram=\"4\"] .da-steer-status')"
+
+
+def _steer_buttons(page) -> dict:
+    return page.evaluate("""() => { const p = document.querySelector('[data-da-player]');
+        return {step: Number(p.dataset.daStep), steps: Number(p.dataset.daSteps),
+                on: [...p.querySelectorAll('[data-da-steer]')].filter(b => !b.disabled)
+                    .map(b => b.dataset.daSteer)}; }""")
+
+
+def test_04_new_request_steers_and_a_saved_lesson_reopens_with_a_fresh_kernel(jupyter):
+    """04's player and diagram 4 only (its first two cells): "+ new request" brings the chunk
+    checkboxes back for the new request and the status line names it; just after ⏸ no button
+    is enabled that the kernel would refuse; FOCUS on a chunk of the new request changes its
+    row. Then saved, the kernel restarted, the page reloaded: the players are drawn from the
+    saved widget state, say so, and nothing reads "model not found" or logs an error."""
+    server, browser = jupyter
+    name = "04_da_hook.ipynb"
+    page = _page(browser, SMALL)
+    try:
+        open_notebook(page, server, name)
+        run_cells(page, code_cells(page)[:2])
+        page.wait_for_selector(f"{PLAYER}[data-da-drawn]", timeout=300_000)
+        page.wait_for_function(KERNEL_IDLE, timeout=120_000)
+        first = lc.hook_view(page)
+        page.locator(f"{PLAYER} [data-da-action=new-request]").first.click()
+        page.wait_for_function(f"() => /following \\S+:/.test({STATUS}.textContent)",
+                               timeout=60_000)
+        v = lc.hook_view(page)
+        req = v["status"].split("following ")[1].split(":")[0]
+        assert req not in first["status"] and req in v["status"], (first, v)
+        chunks = page.locator("[data-da-diagram='4'] [data-da-chunk]")
+        assert chunks.count() == 12, f"{req}: {chunks.count()} chunk checkboxes, not 12"
+        assert page.locator("[data-da-chunk]:checked").count() == 0
+        # ⏸ while ▶ follows the engine: an enabled button is one the kernel accepts
+        for _ in range(3):
+            page.locator(f"{PLAYER} [data-da-action=play]").first.click()
+            page.wait_for_timeout(1500)
+            page.locator(f"{PLAYER} [data-da-action=pause]").first.click()
+            for _ in range(12):
+                b = _steer_buttons(page)
+                assert not b["on"] or b["step"] == b["steps"] - 1, \
+                    f"just after ⏸: {b['on']} enabled at step {b['step']} of {b['steps']}"
+                page.wait_for_timeout(100)
+        if b["step"] < b["steps"] - 1:
+            page.locator(f"{PLAYER} [data-da-action=next]").first.click()
+        # C1: lesson questions never have their answer in C1, so this is not the model's tag
+        chunks.first.check()
+        page.wait_for_selector("[data-da-steer=focus]:not([disabled])", timeout=30_000)
+        page.locator("[data-da-steer=focus]").first.click()
+        page.wait_for_function(f"() => {STATUS}.textContent.includes('<focus C1> into {req}')",
+                               timeout=60_000)
+        page.locator(f"{PLAYER} [data-da-action=play]").first.click()
+        page.wait_for_function("() => document.querySelector('[data-da-diagram=\"4\"] "
+                               ".da-bands').innerText.includes('directive focus C1')",
+                               timeout=90_000)
+        page.locator(f"{PLAYER} [data-da-action=pause]").first.click()
+        v = lc.hook_view(page)
+        assert v["row"].startswith(f"{req}'s row"), v
+
+        # saved, a fresh kernel, the page reloaded
+        page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
+        page.wait_for_function("!window.jupyterapp.shell.currentWidget.context.model.dirty",
+                               timeout=30_000)
+        page.evaluate("window.jupyterapp.shell.currentWidget.sessionContext.session"
+                      ".kernel.restart()")
+        page.wait_for_timeout(2000)
+        page.wait_for_function(KERNEL_IDLE, timeout=120_000)
+        page.errors.clear()         # what the reopened notebook does, not the restart
+        page.reload()
+        page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell",
+                               timeout=120_000)
+        page.wait_for_function(KERNEL_IDLE, timeout=120_000)
+        page.wait_for_timeout(5000)     # every output's widget rendered or failed
+        text = page.inner_text(".jp-NotebookPanel:not(.lm-mod-hidden)")
+        assert "model not found" not in text and "Error displaying widget" not in text, \
+            [ln for ln in text.splitlines() if "widget" in ln.lower()][:5]
+        assert page.locator(PLAYER).count() >= 1, "no player drawn from the saved state"
+        note = page.locator(f"{PLAYER} .da-player-note").first.inner_text()
+        assert "saved with the notebook" in note and "run the cells again" in note, note
+        v = lc.hook_view(page)
+        assert "saved with the notebook" in v["off"], v
+        assert page.errors == [], f"console errors on reopening: {page.errors}"
+    finally:
+        with contextlib.suppress(Exception):
+            page.evaluate("window.jupyterapp.serviceManager.sessions.shutdownAll()")
+        page.close()
+
+
+def test_an_exported_page_says_why_it_cannot_steer(jupyter, tmp_path):
+    """No kernel and no engine behind an exported page: diagram 4 says so, in those words.
+    (The module's Chromium: a second Playwright would be refused while it runs.)"""
+    from page_lab import TRACES, open_page, write_page
+
+    page = open_page(jupyter[1], write_page(TRACES / "seed_cpu.jsonl.gz", tmp_path / "run.html",
+                                            eager=True))
+    try:
+        off = page.inner_text("[data-da-diagram='4'] .da-steer-off")
+        assert lc.OLD_CLAIM not in off and "exported" in off and "no engine" in off, off
+        assert page.errors == []
+    finally:
         page.close()

@@ -17,8 +17,10 @@ work; "newer" means the committed notebook's content differs from the version la
 
 The last copied version of each notebook is kept in `<work>/.da_lab/origin/` to tell these apart.
 The settings: `<work>/.da_lab/config/labconfig/page_config.json` disables JupyterLab's
-news/update plugin (its "get notified about Jupyter news?" toast covers the diagrams); `make lab`
-puts that folder on JUPYTER_CONFIG_PATH, so the learner's own Jupyter settings stay untouched.
+news/update plugin (its "get notified about Jupyter news?" toast covers the diagrams), and
+`lab-settings/overrides.json` there (named by `jupyter_server_config.json` beside it) turns on
+"save widget state" so a saved lesson reopens with its players drawn; `make lab` puts that folder
+on JUPYTER_CONFIG_PATH, so the learner's own Jupyter settings stay untouched.
 `server_flags` and `server_env` are the server's command line and environment: the Makefile's
 `lab` line (tests/test_lab_files.py checks it has every flag) and the browser test's server.
 """
@@ -31,6 +33,7 @@ import sys
 from pathlib import Path
 
 ANNOUNCEMENTS = "@jupyterlab/apputils-extension:announcements"
+WIDGETS = "@jupyter-widgets/jupyterlab-manager:plugin"
 
 
 def state_dir(work: Path) -> Path:
@@ -54,12 +57,23 @@ def server_env(work: Path, env: dict[str, str]) -> dict[str, str]:
     return {**env, "JUPYTER_CONFIG_PATH": os.pathsep.join(path)}
 
 
-def write_settings(work: Path) -> Path:
-    path = config_dir(work) / "labconfig" / "page_config.json"
-    text = json.dumps({"disabledExtensions": {ANNOUNCEMENTS: True}}, indent=1) + "\n"
+def _write(path: Path, data: dict) -> None:
+    text = json.dumps(data, indent=1) + "\n"
     if not path.exists() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+
+
+def write_settings(work: Path) -> Path:
+    """The page config, and the settings JupyterLab starts from (its app settings folder:
+    overrides.json): widget state saved with a notebook, so a lesson reopened with a fresh
+    kernel redraws its players from what was saved instead of "model not found"."""
+    path = config_dir(work) / "labconfig" / "page_config.json"
+    _write(path, {"disabledExtensions": {ANNOUNCEMENTS: True}})
+    settings = (config_dir(work) / "lab-settings").resolve()
+    _write(settings / "overrides.json", {WIDGETS: {"saveState": True}})
+    _write(config_dir(work) / "jupyter_server_config.json",
+           {"LabApp": {"app_settings_dir": str(settings)}})
     return path
 
 

@@ -7,12 +7,13 @@
 2. `make lab` there, exactly as a learner types it (install, lab files, the tiny model, then
    JupyterLab); the clock reads when it prints JupyterLab's URL;
 3. headless Chromium (Playwright, 1366x768) opens the notebook from that URL, waits for its
-   kernel, runs all cells (JupyterLab's own `notebook:run-all-cells` command), waits for the
-   player, presses ▶ and waits until the step counter has moved on and diagram 4's plots show
-   data (plotly's own data in the page, not just a drawn axis).
-Every phase's time from the start is reported. The only addition to what a learner runs is a
-JupyterLab config on JUPYTER_CONFIG_PATH that exposes `window.jupyterapp` to the page (how
-the test reads the kernel's state); `make lab` keeps a JUPYTER_CONFIG_PATH it is given.
+   kernel, runs all cells (JupyterLab's own `notebook:run-all-cells` command), notes when the
+   first cell (the engine's start) has run, waits for the player, presses ▶ and waits until the
+   engine step on screen has moved on two steps and diagram 4 has drawn them.
+Every phase's time from the start is reported, with the load average when it started and ended
+(the machine is shared: the load says how busy it was). The only addition to what a learner
+runs is a JupyterLab config on JUPYTER_CONFIG_PATH that exposes `window.jupyterapp` to the page
+(how the test reads the kernel's state); `make lab` keeps a JUPYTER_CONFIG_PATH it is given.
 What the machine already holds counts: pip's cache and the local wheel folder make the install
 faster than on a laptop that downloads torch (the result says which pip cache was used).
 """
@@ -39,17 +40,20 @@ URL = re.compile(r"(http://127\.0\.0\.1:\d+)/lab\?token=([0-9a-f]+)")
 KERNEL_IDLE = ("(() => { const w = window.jupyterapp.shell.currentWidget;"
                " const k = w && w.sessionContext && w.sessionContext.session"
                " && w.sessionContext.session.kernel; return k && k.status === 'idle'; })()")
-# diagram 4 (.da-dahook) has drawn data: points in plotly's own data of its graphs
-DA4_POINTS = """() => [...document.querySelectorAll('.da-dahook .js-plotly-plot')]
-    .map(gd => (gd.data || []).reduce((n, t) => n + Math.max((t.x || []).length,
-                                                              (t.y || []).length), 0))
-    .reduce((a, b) => a + b, 0)"""
-STEP = """() => { const e = document.querySelector('.da-step-counter');
-    const m = e && e.innerText.match(/step\\s+(\\d+)/i); return m ? +m[1] : null; }"""
+# the step diagram 4 shows (an index into the run; the player's data-da-* hooks) and the
+# engine step on screen
+DA4_SHOWS = """() => { const d = document.querySelector('[data-da-diagram="4"]');
+    return d && d.dataset.daShows !== undefined ? +d.dataset.daShows : null; }"""
+STEP = """() => { const e = document.querySelector('[data-da-player]');
+    const s = e && e.getAttribute('data-da-engine-step'); return s ? +s : null; }"""
+FIRST_CELL = """() => { const c = window.jupyterapp.shell.currentWidget.content.widgets
+    .find(c => c.model.type === 'code'); return !!c && c.model.executionCount !== null
+    && !c.node.querySelector('.jp-InputPrompt').textContent.includes('*'); }"""
 
 
 def _lab(clone: Path, log: Path, marks: dict, t0: float) -> subprocess.Popen:
-    cfg = Path(tempfile.mkdtemp(prefix="ftm-cfg-"))
+    cfg = log.parent / "jupyter-config"      # inside the scratch folder: removed with it
+    cfg.mkdir(exist_ok=True)
     (cfg / "jupyter_server_config.json").write_text(
         json.dumps({"LabApp": {"expose_app_in_browser": True}}))
     env = dict(os.environ, JUPYTER_CONFIG_PATH=str(cfg))
@@ -88,19 +92,22 @@ def _browser(url: str, token: str, notebook: str, marks: dict, t0: float) -> Non
         page.wait_for_function(KERNEL_IDLE, timeout=300_000)
         mark("kernel_ready_s")
         page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
-        page.wait_for_selector(".da-play button", timeout=600_000)
+        page.wait_for_function(f"({FIRST_CELL})()", timeout=600_000, polling=200)
+        mark("first_cell_done_s")
+        page.wait_for_selector("[data-da-player] [data-da-action=play]", timeout=600_000)
         mark("player_ready_s")
         page.wait_for_function(KERNEL_IDLE, timeout=600_000)
         mark("run_all_done_s")
         first = page.evaluate(STEP) or 0
-        page.locator(".da-play button").first.click()
+        page.evaluate("document.querySelector('[data-da-diagram=\"4\"]').scrollIntoView()")
+        page.locator("[data-da-player] [data-da-action=play]").first.click()
         mark("play_pressed_s")
         page.wait_for_function(f"(() => {{ const s = ({STEP})(); return s !== null && "
-                               f"s >= {first + 2} && ({DA4_POINTS})() > 0; }})()",
+                               f"s >= {first + 2} && ({DA4_SHOWS})() >= 2; }})()",
                                timeout=300_000)
         mark("diagram4_animating_s")
         marks["step_seen"] = page.evaluate(STEP)
-        marks["diagram4_points"] = page.evaluate(DA4_POINTS)
+        marks["first_cell_s"] = round(marks["first_cell_done_s"] - marks["kernel_ready_s"], 1)
         b.close()
 
 
@@ -114,6 +121,7 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="ftm-"))
     clone, log = work / "da_lab", work / "make-lab.log"
     marks: dict = {}
+    load0 = round(os.getloadavg()[0], 2)
     t0 = time.monotonic()
     subprocess.run(["git", "clone", "-q", args.repo, str(clone)], check=True)
     marks["clone_s"] = round(time.monotonic() - t0, 1)
@@ -143,7 +151,7 @@ def main(argv=None) -> int:
            "code": subprocess.run(["git", "-C", str(clone), "rev-parse", "--short", "HEAD"],
                                   capture_output=True, text=True).stdout.strip(),
            "machine": platform.machine(), "cpus": os.cpu_count(),
-           "load_avg_1m_end": round(os.getloadavg()[0], 2),
+           "load_avg_1m_start": load0, "load_avg_1m_end": round(os.getloadavg()[0], 2),
            "pip_cache": os.environ.get("PIP_CACHE_DIR") or "~/.cache/pip (pip's default)",
            "notebook": args.notebook, "seconds_from_clone_start": marks, "error": error,
            "make_lab_log_tail": log.read_text()[-1500:] if error else None}

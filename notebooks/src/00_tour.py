@@ -32,20 +32,19 @@ player = Player(source, diagrams)
 player.widget
 
 # %% [markdown]
-# **Predict, then run.** The next cell steps the engine to step 14 from code (▶ does the same, one engine step per tick). The model writes its own tag in its first tokens: in which mode will the request be after those 14 steps, GLOBAL, FOCUS or LOCAL? Type it, run the cell.
+# **Predict, then run.** Press ▶ first if you like, and watch the model write its tag. Then: the next cell moves the player to the request's step 14 (its steps counted from 0, the prefill), running the engine as ▶ does, one step at a time. In which mode will the request be there, GLOBAL, FOCUS or LOCAL? Type it, run the cell: until you do, it moves nothing.
 
 # %%
 PREDICT = None          # "GLOBAL", "FOCUS" or "LOCAL"
-from da_lab.predict import check
+from da_lab.predict import check, guessed, step_to
 
-while (player.i or 0) < 14 and player.step():    # run again: the same step, no further
-    pass
-rec = source.records[player.i].requests[0]
-trapped = [e["text"] for q in source.records[:player.i + 1] for r in q.requests
-           if r.req == rec.req for e in r.events if e["kind"] == "tag_trapped"]
-check(PREDICT, (rec.mode or "global").upper(), f"the mode at step {player.i}",
-      f"tags trapped so far: {', '.join(trapped) or 'none'}")
-print(f"step {player.i}: blocks read {rec.blocks_read} of {rec.blocks_total}")
+if guessed(PREDICT, "the mode at the request's step 14"):
+    k, r = step_to(player, 14)          # run again: the same step, no further
+    trapped = [e["text"] for q in source.records[:player.i + 1] for x in q.requests
+               if x.req == r.req for e in x.events if e["kind"] == "tag_trapped"]
+    check(PREDICT, (r.mode or "global").upper(), f"the mode at {r.req}'s step {k}",
+          f"tags trapped so far: {', '.join(trapped) or 'none'}")
+    print(f"{r.req}'s step {k}: blocks read {r.blocks_read} of {r.blocks_total}")
 
 # %% [markdown]
 # ## What you can now explain

@@ -21,19 +21,18 @@ player = Player(source, [blocks])
 player.widget
 
 # %% [markdown]
-# **Predict, then run.** The lesson's prompt has 12 chunks of one block each, and the model names one of them in its tag. At step 20, how many blocks of the staged row will the kernel *not* read? Type a number, run the cell.
+# **Predict, then run.** The lesson's prompt has 12 chunks of one block each, and the model names one of them in its tag. At the request's step 20 (its steps counted from 0, the prefill), how many blocks of the staged row will the kernel *not* read? Type a number, run the cell: it moves the player there (until you guess, it moves nothing).
 
 # %%
 PREDICT = None          # a number
-from da_lab.predict import check
+from da_lab.predict import check, guessed, step_to
 
-while (player.i or 0) < 20 and player.step():    # run again: the same step, no further
-    pass
-r = source.records[player.i].requests[0]
-check(PREDICT, len(r.staged_row) - len(r.read_row), "the blocks hidden from the kernel",
-      f"mode {r.mode}: {len(r.read_row)} of {len(r.staged_row)} read")
-print("staged row  :", r.staged_row.tolist())
-print("kernel read :", r.read_row.tolist())
+if guessed(PREDICT, "the blocks hidden from the kernel at the request's step 20"):
+    k, r = step_to(player, 20)          # run again: the same step, no further
+    check(PREDICT, len(r.staged_row) - len(r.read_row), "the blocks hidden from the kernel",
+          f"{r.req}'s step {k}, mode {r.mode}: {len(r.read_row)} of {len(r.staged_row)} read")
+    print("staged row  :", r.staged_row.tolist())
+    print("kernel read :", r.read_row.tolist())
 
 # %% [markdown]
 # ## What you can now explain

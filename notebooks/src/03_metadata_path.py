@@ -22,22 +22,24 @@ player = Player(source, [path])
 player.widget
 
 # %% [markdown]
-# **Predict, then run.** At step 16 the request holds some tokens (printed first); the hook hides every block it does not keep, each a full 32 tokens. What `seq_len` does the kernel's metadata say for it? Run once to see the numbers, then type yours and run again.
+# **Predict, then run.** Count the request's steps from 0, its prefill (engine step numbers keep counting across requests, so they are not used here). At its step 16 the request holds its prompt (printed below) plus the 16 tokens it has written; the hook hides every block it does not keep, each a full 32 tokens. What `seq_len` does the kernel's metadata say for it at that step? Type yours, run the cell: it moves the player there.
 
 # %%
 PREDICT = None          # a number
-from da_lab.predict import check
+from da_lab.predict import check, guessed, step_to
 
-while (player.i or 0) < 16 and player.step():    # run again: the same step, no further
-    pass
-rec = source.records[player.i]
-r, m = rec.requests[0], rec.metadata
-print(f"step {rec.step}: the request holds {r.seq_len} tokens; the kernel reads {r.blocks_read}"
-      f" of its {r.blocks_total} blocks")
-check(PREDICT, int(m.seq_lens[r.row]), "the seq_len the kernel got",
-      f"{r.seq_len} - 32 x {r.blocks_total - r.blocks_read} hidden")
-print("seq_lens the kernel got:", m.seq_lens.tolist(),
-      "| block table shape:", m.block_table_shape)
+first = next(a for rec in source.records for a in rec.added)
+print(f"{first['req']}'s prompt: {first['prompt_len']} tokens (blocks of 32)")
+if guessed(PREDICT, "the seq_len the kernel got at the request's step 16"):
+    k, r = step_to(player, 16)          # run again: the same step, no further
+    rec = source.records[player.i]
+    m = rec.metadata
+    print(f"{r.req}'s step {k} (engine step {rec.step}): it holds {r.seq_len} tokens; the "
+          f"kernel reads {r.blocks_read} of its {r.blocks_total} blocks")
+    check(PREDICT, int(m.seq_lens[r.row]), "the seq_len the kernel got",
+          f"{r.seq_len} - 32 x {r.blocks_total - r.blocks_read} hidden")
+    print("seq_lens the kernel got:", m.seq_lens.tolist(),
+          "| block table shape:", m.block_table_shape)
 
 # %% [markdown]
 # ## What you can now explain

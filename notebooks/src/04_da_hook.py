@@ -29,6 +29,7 @@ player.widget
 
 # %%
 import os, time
+import plotly.graph_objects as go
 from da_lab.bench.speed import measure
 
 # This kernel's live engine keeps running; the speed run starts its own (a bigger KV cache).
@@ -40,30 +41,32 @@ g = speed["modes"]["global"]
 print(f"{speed['context_tokens']} prompt tokens: 1 block of scaffold, 12 chunks of 14 blocks, "
       f"1 of question, then the response; GLOBAL read {g['blocks_read'][-1]} blocks at its "
       "last step")
-
-# %% [markdown]
-# **Predict, then run.** Under `<focus C3>` the kernel reads the scaffold, chunk C3 and the question, and the response. How many blocks did it read at its last step? Type your number, run the cell.
-
-# %%
-PREDICT = None          # your number
-import statistics
-import plotly.graph_objects as go
-from da_lab.predict import check
-
-f = speed["modes"]["focus"]
-check(PREDICT, f["blocks_read"][-1], "the blocks FOCUS read at its last step",
-      f"GLOBAL's {g['blocks_read'][-1]} less the 11 hidden chunks of 14")
-for k, m in speed["modes"].items():
-    p = m["profile"]
-    print(f"{k:>6}: {m['blocks_read'][-1]:>3} blocks read, median step "
-          f"{statistics.median(m['step_ms']):.2f} ms | profiled: attention {p['attention_ms']:.2f}"
-          f" of {p['step_ms']:.2f} ms ({p['attention_share']:.0%}), all torch ops "
-          f"{p['torch_ops_ms']:.2f} ms, the rest Python (scheduling, the hook, sampling)")
-fig = go.Figure([go.Scatter(y=m["step_ms"], name=f"{k}: {m['blocks_read'][-1]} blocks read")
+names = {"global": "GLOBAL", "focus": "<focus C3>"}
+fig = go.Figure([go.Scatter(y=m["step_ms"], name=names.get(k, k))
                  for k, m in speed["modes"].items()])
 fig.update_layout(title=f"decode step time at {speed['context_tokens']} tokens ({speed['engine']})",
                   xaxis_title="decode step", yaxis_title="ms", height=350)
 fig.show()
+
+# %% [markdown]
+# **Predict, then run.** Under `<focus C3>` the kernel reads the scaffold, chunk C3 and the question, and the response. How many blocks did it read at its last step? Type your number, run the cell: until you do, it shows neither the count nor the profile.
+
+# %%
+PREDICT = None          # your number
+import statistics
+from da_lab.predict import check, guessed
+
+if guessed(PREDICT, "the blocks FOCUS read at its last step"):
+    f = speed["modes"]["focus"]
+    check(PREDICT, f["blocks_read"][-1], "the blocks FOCUS read at its last step",
+          f"GLOBAL's {g['blocks_read'][-1]} less the 11 hidden chunks of 14")
+    for k, m in speed["modes"].items():
+        p = m["profile"]
+        print(f"{k:>6}: {m['blocks_read'][-1]:>3} blocks read, median step "
+              f"{statistics.median(m['step_ms']):.2f} ms | profiled: attention "
+              f"{p['attention_ms']:.2f} of {p['step_ms']:.2f} ms ({p['attention_share']:.0%}), "
+              f"all torch ops {p['torch_ops_ms']:.2f} ms, the rest Python (scheduling, the "
+              "hook, sampling)")
 
 # %% [markdown]
 # For this 3M-parameter model the attention kernel is a small part of a step, so reading fewer blocks saves only that part (the committed run: `bench/results/speed-cpu-2026-12-02.json`, 2 CPU cores at load 1.2). On a GPU with a real model at long context, attention is most of a step; the committed H200 run (`da-lab bench`, the command below, vLLM 0.26, an 8B-shaped Llama, 64k tokens, batch 8):

@@ -73,21 +73,22 @@ display(widgets.VBox([pick, docs, question, ask, out]))
 on_ask()
 
 # %% [markdown]
-# **Predict, then run.** Read the example's question and its documents above: which tag will the model write, `<focus Ck>` naming which document (or `<local>` if none is needed)? Type it, run the cell: it steps to the end and compares with the tag the hook trapped.
+# **Predict, then run.** Read the example's question and its documents above: which tag will the model write, `<focus Ck>` naming which document (or `<local>` if none is needed)? Type it, run the cell: it steps to the end and compares with the tag the hook trapped (until you guess, it moves nothing).
 
 # %%
 PREDICT = None          # e.g. "<focus C2>"
-from da_lab.predict import check
+from da_lab.predict import check, guessed
 
 player, da_id = state["player"], state["da_id"]
-while player.step():
-    pass
-trapped = [e["text"] for e in lab.request_state(da_id).events if e["kind"] == "tag_trapped"]
-check(PREDICT, trapped[0] if trapped else "(no tag)", "the tag it wrote")
-last = [q for rec in state["source"].records for q in rec.requests
-        if q.req == da_id and q.hooked][-1]
-print("reply:", nl_demo.reply(lab.requests[da_id]["text"]))
-print(f"mode {last.mode}: the kernel read {last.blocks_read} of {last.blocks_total} blocks")
+if guessed(PREDICT, "the tag it writes"):
+    while player.step():
+        pass
+    trapped = [e["text"] for e in lab.request_state(da_id).events if e["kind"] == "tag_trapped"]
+    check(PREDICT, trapped[0] if trapped else "(no tag)", "the tag it wrote")
+    last = [q for rec in state["source"].records for q in rec.requests
+            if q.req == da_id and q.hooked][-1]
+    print("reply:", nl_demo.reply(lab.requests[da_id]["text"]))
+    print(f"mode {last.mode}: the kernel read {last.blocks_read} of {last.blocks_total} blocks")
 
 # %% [markdown]
 # ## Could the answer sneak past the mask?
@@ -96,15 +97,25 @@ print(f"mode {last.mode}: the kernel read {last.blocks_read} of {last.blocks_tot
 # %%
 from da_lab.training.task import first_tag
 
-prompt = state["prompt"]
+prompt, source, da_id = state["prompt"], state["source"], state["da_id"]
 n = prompt.layout.n_chunks
+
+
+def run_out():
+    """Run the engine to the end through the player's source: the player stays where it is,
+    and ▶ can still show every step the engine ran."""
+    while source.ensure(len(source.records)):
+        pass
+    state["player"].send()
+
+
+run_out()               # the question above, to its end (if the player has not got there)
 chosen, _ = first_tag(lab.requests[da_id]["text"], n)
 named = chosen.chunks if chosen is not None and chosen.chunks else (n,)
 wrong = f"<focus C{named[0] % n + 1}>"              # the next document: not the one it chose
 rid_wrong = lab.add_request(prompt, tags=[(0, wrong)], max_tokens=64,
                             request_id=f"{da_id}-wrong-tag")
-while lab.has_unfinished():
-    lab.step()
+run_out()
 print("its own tag :", nl_demo.reply(lab.requests[da_id]["text"]))
 print("forced wrong:", nl_demo.reply(lab.requests[rid_wrong]["text"]))
 

@@ -8,10 +8,11 @@
 # its own tags): three processes, the API server, the engine core and the worker where the
 # hook runs. DA_LAB_TRACE: the worker records its steps there. The last line says how long the
 # start took here, and how busy the machine was.
-import atexit, os, re, signal, subprocess, sys, tempfile, time
+import atexit, os, re, shutil, signal, subprocess, sys, tempfile, time
 from pathlib import Path
 
 WORK = Path(tempfile.mkdtemp(prefix="da-lab-serve-"))
+atexit.register(shutil.rmtree, WORK, ignore_errors=True)   # runs after the server is stopped
 TRACE, LOG = WORK / "server_trace.jsonl.gz", WORK / "server.log"
 log = open(LOG, "w")
 server = subprocess.Popen([sys.executable, "-m", "da_lab.cli", "serve", "--port", "0",
@@ -61,7 +62,7 @@ lines = httpx.get(url + "/metrics").text.splitlines()
 print("\n".join(x for x in lines if x.startswith("da_lab:") and "_bucket" not in x))
 
 # %% [markdown]
-# Diagrams 2–4 from the server's trace (a recording: no steering, no new request button; the server's header has no skeleton). `follow=True`: stepping past the last record reads what the server appended since (send more requests and step on).
+# Diagrams 2–4 from the server's trace (a recording: no steering, no new request button; the server's header has no skeleton). `follow=True`: stepping past the last record reads what the server appended since (send more requests and step on). The player opens at the first step the server ran the request followed.
 
 # %%
 from collections import Counter
@@ -80,33 +81,41 @@ diagrams = [DAHookDiagram(source.header, highlight, req=da_id),
             BlocksDiagram(source.header, highlight, req=da_id),
             MetadataPathDiagram(source.header, highlight)]
 player = Player(source, diagrams)
+player.goto(next(i for i, rec in enumerate(source.records)
+                 if any(q.req == da_id and q.hooked for q in rec.requests)))
 player.widget
 
 # %% [markdown]
-# **Predict, then run.** Each question's prompt is a scaffold, 12 one-block chunks and a question; the model names one chunk. After its tag, how many blocks does the kernel read per step for the request followed? Type a number, run the cell (the trace's records answer).
+# **Predict, then run.** Each question's prompt is a scaffold, 12 one-block chunks and a question; the model names one chunk. After its tag, how many blocks does the kernel read per step for the request followed? Type a number, run the cell (the trace's records answer, and the player moves to the request's first step after its tag).
 
 # %%
 PREDICT = None          # a number
-from da_lab.predict import check
+from da_lab.predict import check, guessed
 
-after = [q.blocks_read for rec in source.records for q in rec.requests
-         if q.req == da_id and q.hooked and q.mode == "focus"]
-check(PREDICT, after[0] if after else "(no FOCUS step)", f"the blocks {da_id} read after its tag",
-      f"then {after[-1]} at its last step: its response grew" if after and after[-1] != after[0]
-      else "")
-while (player.i or 0) < 10 and player.step():
-    pass
-rec = source.records[player.i]
-print(f"step {rec.step}: " + ", ".join(f"{q.req} {q.mode} {q.blocks_read}/{q.blocks_total}"
-                                       for q in rec.requests))
+if guessed(PREDICT, f"the blocks {da_id} reads after its tag"):
+    focus = [(i, q) for i, rec in enumerate(source.records) for q in rec.requests
+             if q.req == da_id and q.hooked and q.mode == "focus"]
+    after = [q.blocks_read for _, q in focus]
+    check(PREDICT, after[0] if after else "(no FOCUS step)",
+          f"the blocks {da_id} read after its tag",
+          f"then {after[-1]} at its last step: its response grew"
+          if after and after[-1] != after[0] else "")
+    if focus:
+        player.goto(focus[0][0])
+        rec = source.records[player.i]
+        print(f"engine step {rec.step}: " + ", ".join(
+            f"{q.req} {q.mode} {q.blocks_read}/{q.blocks_total}" for q in rec.requests))
 
 # %% [markdown]
-# Stop the server this notebook started (its engine processes go with it).
+# Stop the server this notebook started (its engine processes go with it). The player keeps every step the server recorded and now says the run is complete; the temporary folder with the trace and the server's log is removed.
 
 # %%
 client.close()
 server.send_signal(signal.SIGTERM)
 print("server exited with", server.wait(60))
+player.source_ended("the server has stopped")      # reads the last records first
+shutil.rmtree(WORK, ignore_errors=True)
+print(f"{len(source.records)} steps recorded; {WORK} removed")
 
 # %% [markdown]
 # ## What you can now explain

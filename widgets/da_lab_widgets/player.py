@@ -45,6 +45,7 @@ class Player:
         self.sent_bytes: list[int] = []    # the packet bytes of each message
         self.i: int | None = None          # the step on screen
         self.note = ""
+        self.ended = ""                     # why a followed source grows no more
         if speed is None:
             speed = round(1000 / interval_ms) if interval_ms else 3
         self.speed = max(1, min(60, int(speed)))
@@ -105,6 +106,8 @@ class Player:
         buffers = [self.encoder.packet(start, n)] if start < n else []
         if self.source.live:
             state = {**self.live_state(full), **state}
+        elif self.ended:            # a view made after the source ended learns it too
+            state = {"done": True, "ended": self.ended, **state}
         self.widget.send({"type": "steps" if buffers else "state", **state}, buffers=buffers)
         self._sent = max(self._sent, n)
         self.send_ms.append((time.perf_counter() - t0) * 1e3)
@@ -137,8 +140,20 @@ class Player:
             self.step_ms.append((time.perf_counter() - t0) * 1e3)
         return ok
 
+    def source_ended(self, why: str) -> None:
+        """The followed source will grow no more (a server's trace once the server stopped):
+        read its last records, and let ▶ at the end say `why` and that the run is complete,
+        instead of waiting for steps that will never come."""
+        if hasattr(self.source, "close"):
+            self.source.close()
+        self.ended = (f"{why}: the run is complete ({len(self.source.records)} steps); drag "
+                      "the slider back, or ▶ to watch it again")
+        self.send(done=True, ended=self.ended)
+
     def _end_note(self) -> str:
         recs = self.source.records
+        if self.ended:
+            return self.ended
         if not self.source.live:
             return (f"end of the recording ({len(recs)} steps): drag the slider back to watch "
                     "it again")

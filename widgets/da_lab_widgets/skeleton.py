@@ -62,6 +62,13 @@ def _box(label: str, hover: str, *, attn: bool = False, io: bool = False) -> dic
             "hover": plain(hover), "attn": attn, "io": io}
 
 
+def _same_slots(a: list[dict], b: list[dict] | None) -> bool:
+    """The same slots but for the module names (their layer index)."""
+    return b is not None and len(a) == len(b) and all(
+        {k: v for k, v in x.items() if k != "name"} == {k: v for k, v in y.items() if k != "name"}
+        for x, y in zip(a, b, strict=True))
+
+
 def view_model(sk: dict) -> dict:
     """The skeleton as rows of boxes, bottom (token ids) to top (logits), and its layer groups."""
     v = SkeletonView.of(sk)
@@ -70,11 +77,18 @@ def view_model(sk: dict) -> dict:
         "what the scheduler hands the model each step", io=True)]}]
     rows += [{"boxes": [_box(slot_label(s["name"], [s]), slot_hover([s]))]} for s in v.below]
     groups = []
+    first = v.groups[0] if v.groups else None
     for gi, g in enumerate(v.groups):
-        groups.append({"label": [plain(x) for x in g.label.split("<br>")]})
+        label = [plain(x) for x in g.label.split("<br>")]
+        # A later group draws only the slots that differ from the first group's (the rest
+        # repeat them): the skeleton of a small model then fits one screen.
+        same = {r for r in g.roles if gi and _same_slots(g.roles[r], first.roles.get(r))}
+        groups.append({"label": label, "repeats": bool(same)})
         for sec in _order([_section(r) for r in g.roles], SECTION_ORDER):
-            roles = _order([r for r in g.roles if _section(r) == sec],
+            roles = _order([r for r in g.roles if _section(r) == sec and r not in same],
                            [f"{sec}.{x}" for x in ROLE_ORDER])
+            if not roles:
+                continue
             rows.append({"group": gi, "boxes": [_box(
                 slot_label(r, g.roles[r]) + ("<br><i>one instance, shared by all layers</i>"
                                              if r in v.shared else ""),
@@ -98,7 +112,11 @@ def caption(sk: dict, prov: dict, v: dict) -> tuple[list, list[str]]:
     out = ["Grey boxes are slots; each names what vLLM put there at load time (read from the "
            f"loaded nn.Module). {v['num_layers']} decoder layers; layers with identical slots "
            "are drawn once, as “× N layers”."]
-    out += [f"Not merged: {d}." for d in v["differences"]]
+    later = [g["label"][0] for g in v["groups"][1:] if g.get("repeats")]
+    drawn = (f" ({', '.join(later)}: only the slots that differ from "
+             f"{v['groups'][0]['label'][0]} are drawn)" if later else "")
+    out += [f"Not merged: {d}{drawn}." for d in v["differences"][:1]]
+    out += [f"Not merged: {d}." for d in v["differences"][1:]]
     if v["shared"]:
         out.append(f"{', '.join(v['shared'])}: listed once, under layer 0, by named_modules(): "
                    "one module instance serves every layer.")

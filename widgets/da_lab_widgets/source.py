@@ -42,6 +42,13 @@ class TraceSource:
         self.records.extend(new)
         return len(new)
 
+    def close(self) -> int:
+        """Stop following (the writer has stopped): read what was appended, then nothing more
+        is expected. Returns the number of records read."""
+        n = self.refresh()
+        self._tail, self.live = None, False
+        return n
+
     def ensure(self, i: int) -> bool:
         if i >= len(self.records):
             self.refresh()

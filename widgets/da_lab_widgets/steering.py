@@ -15,11 +15,12 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from da_lab.core.tags import Directive, Mode, parse_tag, tag_text
+from da_lab.core.tags import Directive, Mode, tag_text
 
 from .source import added_entry
 
-REPLAY = "a recording: steering needs a Lab running in this kernel"
+REPLAY = ("a recording: it replays steps that already ran, so there is nothing to steer "
+          "(steering is in a lesson whose first cell starts an engine)")
 EARLIER = ("you are looking at step {shown}, the engine is at step {latest}: a tag is written "
            "at the engine's next token, so move the slider to the last step first")
 
@@ -43,16 +44,22 @@ class SteeringPanel:
 
     # ---- following a request ---------------------------------------------------------------
     def bind(self, records: list, req: str | None) -> None:
-        """The diagram follows `req` from now on (its first request, or a new one)."""
-        if req is None or req == self.req:
+        """The diagram follows `req` from now on (its first request, or a new one). A request
+        just added has no record yet: its chunks are read again once its first step has run
+        (so "+ new request" does not leave the panel without chunks)."""
+        if req is None or (req == self.req and self.n_chunks):
             return
-        self.req = req
-        added = added_entry(records, req) or {}
-        lay = added.get("layout")
-        n = len(lay.get("chunk_blocks") or ()) if isinstance(lay, dict) else 0
-        if n and not self.picked:
-            self.picked = (default_focus(added, n),)
-        self.n_chunks = n
+        if req != self.req:
+            # a new request: nothing ticked (the model picks its own chunk; a tick here would
+            # suggest one), and the last press's outcome was about the request before
+            self.req, self.picked = req, ()
+            self.status = f"following {req}: steer it while it runs"
+        lay = (added_entry(records, req) or {}).get("layout")
+        if lay is None and self.lab is not None and req in self.lab.requests:
+            # not stepped yet: the layout the Lab was given
+            lay = getattr(getattr(self.lab.requests[req].get("prompt"), "layout", None),
+                          "to_dict", dict)()
+        self.n_chunks = len(lay.get("chunk_blocks") or ()) if isinstance(lay, dict) else 0
 
     def tag_for(self, mode: str, chunks=None) -> str:
         picked = tuple(chunks) if chunks is not None else self.picked
@@ -122,17 +129,6 @@ class SteeringPanel:
                        f"{at}–{at + n - 1}; the hook traps it at '>' and the mode changes "
                        "the step after")
         return tag
-
-
-def default_focus(added: dict, n_chunks: int) -> int:
-    """The lowest chunk no scripted <focus> names: the FOCUS button's first press then writes a
-    tag the request's script does not write anyway."""
-    named: set[int] = set()
-    for _at, text in added.get("tags") or ():
-        d = parse_tag(str(text), n_chunks)
-        if isinstance(d, Directive) and d.mode is Mode.FOCUS:
-            named.update(d.chunks)
-    return next((k for k in range(1, n_chunks + 1) if k not in named), 1)
 
 
 _LEGEND = (

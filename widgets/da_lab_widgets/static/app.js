@@ -29,6 +29,14 @@ class Session {
     if (this.cfg.kernel) this.send({ type: "hello", have: this.run.length });
   }
   send(msg) { if (this.cfg.kernel) this.model.send(msg); }
+
+  // The widget came back from the notebook's saved state with no kernel behind it (a saved
+  // lesson reopened): it shows the steps it was saved with and says so; nothing can run.
+  saved() {
+    if (this.cfg.saved) return;
+    this.cfg = { ...this.cfg, kernel: false, live: false, can_add: false, saved: true };
+    this.state = { ...this.state, done: true, steer: null };
+  }
   on(fn) { this.listeners.add(fn); return () => this.listeners.delete(fn); }
 
   message(msg, buffers) {
@@ -67,8 +75,21 @@ export function session(model) {
   return s;
 }
 
-export function render({ model, el }) {
+// Does `model` still have a kernel behind it? A widget restored from a saved notebook has no
+// comm (ipywidgets' comm_live); anywidget hands us a proxy, so ask the manager for the model.
+export async function hasKernel(model) {
+  const mgr = model.widget_manager, uid = model.get("_uid");
+  if (!mgr || !mgr._models || typeof mgr.get_model !== "function") return true;
+  for (const id of Object.keys(mgr._models)) {
+    const m = await mgr.get_model(id).catch(() => null);
+    if (m && m.get("_uid") === uid && "comm_live" in m) return !!m.comm_live;
+  }
+  return true;
+}
+
+export function render({ model, el, saved = false }) {
   const s = session(model);
+  if (saved) s.saved();
   const group = hub(s.cfg.link || s.cfg.uid);
   const diagrams = s.cfg.diagrams.map((c) => new KINDS[c.kind]({ session: s, run: s.run, cfg: c,
                                                                  hub: group }));

@@ -29,7 +29,9 @@ export class HookDiagram extends Diagram {
     // column-reverse: the box stays scrolled to its end (the newest token) with no layout read
     const box = h("div", { class: "da-stream", "data-da-part": "stream" }, left);
     this.stream = h("div", { class: "da-stream-text" }, box);
-    this.steer = new Steering(h("div", { class: "da-hook-right" }, top), session, !!cfg.steer);
+    const live = !!cfg.steer && !!session.cfg.kernel;
+    this.steer = new Steering(h("div", { class: "da-hook-right" }, top), session, live);
+    this.steer.offWhy = steerOff(session.cfg, cfg);
     this.steer.onPress = () => ({ i: this.player?.i ?? null, following: this._following() });
     this.noteEl = h("div", { class: "da-note" }, el);
     this.bands = {};
@@ -64,6 +66,9 @@ export class HookDiagram extends Diagram {
     if (st.follow) { this.req = st.follow; this.view = null; this.rowKey = null; }
     if (this.i >= 0) this._steer();
   }
+
+  // the player paused or played: whether the step on screen is the engine's changed
+  controls() { if (this.i >= 0) this._steer(); }
 
   show(i, { dt = 0 } = {}) {
     const rec = this.begin(i), run = this.run;
@@ -181,6 +186,26 @@ export class HookDiagram extends Diagram {
     hideTip();
   }
 
+}
+
+// Why this page can't steer, in words true where it is shown (null: it can)
+export function steerOff(pcfg, cfg) {
+  if (pcfg.saved) {
+    return "this view was saved with the notebook and the kernel that ran it is gone: "
+      + "run the cells again (Run All) to start an engine and steer it";
+  }
+  if (!pcfg.kernel) {
+    return "a page exported from a recorded run: its steps ran when it was written and there "
+      + "is no engine behind it; steering is in the notebooks (make lab), where a lesson's "
+      + "first cell starts one";
+  }
+  if (cfg.steer) return null;
+  if (pcfg.live && !pcfg.has_lab) {
+    return "the server's trace: these steps ran in the server's worker, which this notebook "
+      + "only reads; steering is in 04 and the tour, where the engine runs in this kernel";
+  }
+  return "a recording: it replays steps that already ran, so there is nothing to steer "
+    + "(a lesson with LIVE = True starts an engine you can steer)";
 }
 
 // core/tags.py's str(Directive): runs of 3+ chunks as ranges ("focus C1-C4,C7")

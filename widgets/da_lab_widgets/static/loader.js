@@ -36,6 +36,6 @@ export default {
   },
   async render({ model, el }) {
     const app = await load();
-    return app.render({ model, el });
+    return app.render({ model, el, saved: !(await app.hasKernel(model)) });
   },
 };

@@ -48,6 +48,11 @@ export class Player {
     const start = session.state.go ?? (this.run.length ? 0 : -1);
     if (start >= 0) this.show(start);
     else this._counter();
+    if (session.cfg.saved) {
+      this.note(`saved with the notebook: the ${this.run.length} step(s) this cell had when it `
+        + "was first shown. The kernel that ran it is gone: run the cells again (Run All) for a "
+        + "live engine.");
+    }
   }
 
   _controls(c) {
@@ -205,6 +210,12 @@ export class Player {
   }
 
   _buttons() {
+    // a diagram's own controls may depend on playing (diagram 4's steering: while ▶ follows
+    // the engine the page may be one step behind it; paused, it must be at the last step)
+    if (this.wasPlaying !== this.playing) {
+      this.wasPlaying = this.playing;
+      for (const d of this.diagrams) d.controls?.();
+    }
     this.playB.disabled = this.playing;
     this.pauseB.disabled = !this.playing;
     this.prevB.disabled = this.i <= 0;
@@ -227,7 +238,9 @@ export class Player {
 
   _end() {
     const n = this.run.length, last = this.run.steps[n - 1];
-    if (!this.live) {
+    if (this.session.state.ended) {
+      this.note(this.session.state.ended);
+    } else if (!this.live) {
       this.note(`end of the recording (${n} steps): drag the slider back, or ▶ to watch it again`);
     } else if (!this.session.cfg.has_lab) {
       this.note("at the trace's last record: ▶ again reads what the server has written since");

@@ -8,7 +8,9 @@ import { Diagram } from "./diagram.js";
 import { PACKET } from "./look.js";
 import { short } from "./pathtext.js";
 
-const LINE = 15, GAP = 10, PAD = 14, GL = 118, SLOT_LINE = "#8a8a8a";
+// 14 px lines, 5 px gaps and one-line boxes where a row has room keep the skeleton of a small
+// model within one 768 px screen under the player's controls
+const LINE = 13, GAP = 4, PAD = 14, GL = 150, SLOT_LINE = "#8a8a8a", SEP = "  ·  ";
 
 export class SkeletonDiagram extends Diagram {
   constructor(ctx) {
@@ -58,7 +60,15 @@ export class SkeletonDiagram extends Diagram {
   _words() {
     this.titleEl.replaceChildren();
     for (const [t, st] of this.cfg.title) h(st === "b" ? "b" : "span", { text: t }, this.titleEl);
-    this.capEl.replaceChildren(...this.cfg.caption.map((p) => h("div", { text: p })));
+    // the engine's config and compilation one click away: the drawing then fits one screen
+    const more = this.cfg.caption.filter((p) => /^(config|compilation):/.test(p));
+    this.capEl.replaceChildren(...this.cfg.caption.filter((p) => !more.includes(p))
+      .map((p) => h("div", { text: p })));
+    if (more.length) {
+      const d = h("details", {}, this.capEl);
+      h("summary", { text: "the engine's config and compilation" }, d);
+      for (const p of more) h("div", { text: p }, d);
+    }
   }
 
   layout(w) {
@@ -70,9 +80,12 @@ export class SkeletonDiagram extends Diagram {
     const spans = new Map();
     this.cfg.rows.forEach((row, ri) => {
       const width = (ls) => Math.max(12 * 6.6, ...ls.map(lineWidth)) + PAD;
-      let use = row.boxes.map((b) => b.lines);
-      let need = use.map(width);
-      if (need.reduce((a, b) => a + b, 0) > x1 - x0) { use = row.boxes.map((b) => b.wrapped); need = use.map(width); }
+      // (one line of text: 3% to spare, as the canvas's measure and the SVG's may differ)
+      const fits = (u, room = 1) => u.map(width).reduce((a, b) => a + b, 0) <= room * (x1 - x0);
+      let use = row.boxes.map((b) => [oneLine(b.lines)]);      // a box's lines side by side
+      if (!fits(use, 0.97)) use = row.boxes.map((b) => b.lines);
+      if (!fits(use)) use = row.boxes.map((b) => b.wrapped);
+      const need = use.map(width);
       const groups = [[]];
       need.forEach((nd, k) => {
         const cur = groups[groups.length - 1];
@@ -81,7 +94,15 @@ export class SkeletonDiagram extends Diagram {
       });
       const start = y;
       for (const line of groups) {
-        const hgt = Math.max(...line.map((k) => use[k].length)) * LINE + 10;
+        // a box alone on its line may still fit on one line of text
+        // a row split over several lines may have room on each for fewer, longer lines
+        const flat = line.length === 1 ? [oneLine(row.boxes[line[0]].lines)] : null;
+        const full = line.map((k) => row.boxes[k].lines);
+        if (flat && fits([flat], 0.97)) { use[line[0]] = flat; need[line[0]] = width(flat); }
+        else if (groups.length > 1 && fits(full)) {
+          line.forEach((k, j) => { use[k] = full[j]; need[k] = width(full[j]); });
+        }
+        const hgt = Math.max(...line.map((k) => use[k].length)) * LINE + 7;
         const total = line.reduce((a, k) => a + need[k], 0);
         let x = x0;
         for (const k of line) {
@@ -91,7 +112,15 @@ export class SkeletonDiagram extends Diagram {
         }
         y += hgt + GAP;
       }
-      if (row.group !== undefined && row.group !== null) {
+      const grouped = row.group !== undefined && row.group !== null;
+      const next = this.cfg.rows[ri + 1];
+      if (grouped && (!next || next.group !== row.group)) {
+        // a group's last row: the group is at least as tall as its label
+        const g0 = spans.get(row.group)?.[0] ?? start;
+        const lab = this.cfg.groups[row.group].label.flatMap((ln) => wrap(ln, GL - 10, 12));
+        y = Math.max(y, g0 + lab.length * 16 + 8);
+      }
+      if (grouped) {
         const g = spans.get(row.group) || [start, y];
         spans.set(row.group, [Math.min(g[0], start), y]);
       }
@@ -118,7 +147,7 @@ export class SkeletonDiagram extends Diagram {
                             "stroke-dasharray": p.box.io ? "2 3" : null }, g);
       const t = s("text", { "text-anchor": "middle", "font-size": SMALL, fill: "#222" }, g);
       p.lines.forEach((ln, k) => {
-        const first = s("tspan", { x: p.x + p.w / 2, y: yt + 16 + k * LINE }, t);
+        const first = s("tspan", { x: p.x + p.w / 2, y: yt + 14 + k * LINE }, t);
         ln.forEach(([txt, st], n) => {
           const span = n ? s("tspan", {}, t) : first;
           if (st === "b") span.setAttribute("font-weight", "bold");
@@ -183,6 +212,12 @@ export class SkeletonDiagram extends Diagram {
     }
   }
 
+}
+
+function oneLine(lines) {
+  const out = [];
+  lines.forEach((ln, k) => { if (k) out.push([SEP, ""]); out.push(...ln); });
+  return out;
 }
 
 function lineWidth(pieces) {

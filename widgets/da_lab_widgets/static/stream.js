@@ -120,7 +120,8 @@ export class Steering {
   refresh(st, atEnd, shown, latest) {
     this.st = st;
     const names = (st && st.chunks) || [];
-    if (st && st.picked && !this.fromKernel) { this.picked = new Set(st.picked); this.fromKernel = true; }
+    // the kernel's ticks when the request followed changes (a new request starts with none)
+    if (st && st.req !== this.req) { this.req = st.req; this.picked = new Set(st.picked || []); }
     this.picked ??= new Set();
     if (this.chips.childElementCount !== names.length + 1) {
       this.chips.replaceChildren(h("span", { text: "focus on (tick one or more):" }));
@@ -133,7 +134,7 @@ export class Steering {
     }
     for (const b of this.chips.querySelectorAll("input")) b.checked = this.picked.has(Number(b.value));
     let why = null;
-    if (!this.live) why = "a recording: steering needs a Lab running in this kernel";
+    if (!this.live) why = this.offWhy || "a recording: there is no engine here to steer";
     else if (!st) why = "waiting for the kernel";
     else if (st.why) why = st.why;
     else if (!atEnd) {
