@@ -65,7 +65,8 @@ TIERS = {
                "test_task_train_eval", "test_quiet", "test_validation", "test_oracle_refs",
                "test_one_lab", "test_paper_engine"],
     "serve": ["test_serve", "test_serve_hostile", "test_serve_refused", "test_serve_doors"],
-    "browser": ["test_browser", "test_lessons_browser", "test_page", "test_widgets",
+    "browser": ["test_browser", "test_lessons_browser", "test_page", "test_page_paper",
+                "test_widgets",
                 "test_export_skeleton", "test_export_steps", "test_first_cell"],
 }
 # The engine tests the inner loop keeps: the hook against the oracle, steering, the KV map and

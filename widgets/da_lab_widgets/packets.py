@@ -165,6 +165,10 @@ class RunEncoder:
                 k = runs(h.kept_logical)
                 data.append(k)
                 r["kl"] = int(k.size)
+            if h.partial_logical is not None:     # read in this order by store.js
+                pk = runs(h.partial_logical)
+                data.append(pk)
+                r["pl"] = int(pk.size)
             if h.built_row is not None:
                 b = _i32(h.built_row)
                 data.append(b)

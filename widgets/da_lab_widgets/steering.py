@@ -59,11 +59,16 @@ class SteeringPanel:
             # not stepped yet: the layout the Lab was given
             lay = getattr(getattr(self.lab.requests[req].get("prompt"), "layout", None),
                           "to_dict", dict)()
-        self.n_chunks = len(lay.get("chunk_blocks") or ()) if isinstance(lay, dict) else 0
+        # the card's whole-block chunks or the paper's spans: one checkbox per chunk either way
+        self.n_chunks = len(lay.get("chunk_blocks") or lay.get("chunk_spans") or ()) \
+            if isinstance(lay, dict) else 0
+        self.dialect = "paper" if isinstance(lay, dict) and "chunk_spans" in lay else "card"
 
     def tag_for(self, mode: str, chunks=None) -> str:
         picked = tuple(chunks) if chunks is not None else self.picked
-        return tag_text(Directive(Mode(mode), picked if mode == Mode.FOCUS.value else ()))
+        # a request on the paper's prompt is steered with the paper's tags
+        return tag_text(Directive(Mode(mode), picked if mode == Mode.FOCUS.value else ()),
+                        getattr(self, "dialect", "card"))
 
     # ---- which buttons work now ------------------------------------------------------------
     def why_none(self) -> str | None:

@@ -135,7 +135,7 @@ export class BlocksDiagram extends Diagram {
     this.rowLabels.logical.textContent = `(a) logical blocks · ${total}`;
     this.rowLabels.staged.textContent = `${this.rowLabels.staged.textContent.split(" ·")[0]} · ${ns}`;
     this.rowLabels.kernel.textContent = `(c) kernel row · reads ${read.length}`;
-    const key = { req: v.req, total, staged, read, kept, slots };
+    const key = { req: v.req, total, staged, read, kept, slots, partial: hh.partial.size };
     if (!sameRows(key, this.rowsKey)) {
       this.rowsKey = key;
       const blk = (j, id) => ({ fill: v.color(j), ink: ink(v.color(j)), id, lb: j });
@@ -146,7 +146,7 @@ export class BlocksDiagram extends Diagram {
       const order = Array.from(read, (p, k) => {
         const lb = k < kept.length ? kept[k] : null;
         const col = lb !== null && lb < slots ? v.color(lb) : RESPONSE;
-        return { fill: col, ink: ink(col), id: p, lb, read: true };
+        return { fill: col, ink: ink(col), id: p, lb, read: true, partial: hh.partial.has(lb) };
       });
       for (let lb = 0; lb < Math.min(total, ns); lb++) {
         if (!keptSet.has(lb)) order.push({ fill: MASKED, ink: "#666", id: staged[lb], lb, read: false });
@@ -201,6 +201,10 @@ export class BlocksDiagram extends Diagram {
     line("#eeeeee", "free");
     line(FLASH, "appended this step", true);
     line(HL, "hovered (pulses in every diagram)", true);
+    // the paper's unpadded chunks: a kept block that also holds hidden tokens (read whole)
+    s("rect", { x, y: y - 10, width: 12, height: 12, fill: "none", stroke: "#333",
+                "stroke-width": 1.5, "stroke-dasharray": "3 2" }, g);
+    s("text", { x: x + 18, y, "font-size": 12, text: "read whole, holds hidden tokens" }, g);
   }
 
   _marks() {
@@ -263,7 +267,8 @@ export class BlocksDiagram extends Diagram {
 // the rows are redrawn only when their blocks change (a new block, a mode switch)
 function sameRows(a, b) {
   if (!b || a.req !== b.req || a.total !== b.total || a.slots !== b.slots) return false;
-  return same(a.staged, b.staged) && same(a.read, b.read) && same(a.kept, b.kept);
+  return same(a.staged, b.staged) && same(a.read, b.read) && same(a.kept, b.kept)
+    && a.partial === b.partial;
 }
 
 function same(x, y) {

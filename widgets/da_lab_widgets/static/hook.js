@@ -140,12 +140,13 @@ export class HookDiagram extends Diagram {
     const keptSet = new Set(kept);
     const slots = v.fit(Math.max(total, staged.length));
     this.rowTitle.innerHTML = `<b>${esc(v.req)}'s row</b>: ${kept.length} of ${total} logical blocks read`;
-    const key = `${total}|${slots}|${kept.length}|${kept[0]}|${kept[kept.length - 1]}|${hh.mode}|${staged.length}`;
+    const key = `${total}|${slots}|${kept.length}|${kept[0]}|${kept[kept.length - 1]}|${hh.mode}|${staged.length}|${hh.partial.size}`;
     if (key === this.rowKey) return;
     this.rowKey = key;
     const blk = (j, read) => {
       const c = read ? v.color(j) : MASKED;
-      return { fill: c, ink: read ? ink(c) : "#666", id: j < staged.length ? staged[j] : null, lb: j, read };
+      return { fill: c, ink: read ? ink(c) : "#666", id: j < staged.length ? staged[j] : null, lb: j, read,
+               partial: read && hh.partial.has(j) };
     };
     const held = [];
     for (let j = 0; j < total; j++) held.push(blk(j, keptSet.has(j)));

@@ -64,22 +64,27 @@ export class RequestView {
     this.slots = Math.max(1, need ? Math.min(need, run.numBlocks) : run.numBlocks);
     this.blockSize = bs;
     const lay = this.layout;
-    this.nChunks = lay ? lay.chunk_blocks.length : 0;
+    // chunk token spans [a, b): the paper's unpadded chunks, or the card's whole blocks
+    this.spans = !lay ? [] : lay.chunk_spans || (() => {
+      const out = [];
+      let b = lay.head_blocks;
+      for (const n of lay.chunk_blocks) { out.push([b * bs, (b + n) * bs]); b += n; }
+      return out;
+    })();
+    this.nChunks = this.spans.length;
     this.chunkColors = chunkColors(this.nChunks);
-    this.tailStart = lay ? lay.head_blocks + lay.chunk_blocks.reduce((a, b) => a + b, 0) : 0;
   }
+  // core/layout.py Layout.region_of: the first chunk holding any token of block j, else
+  // scaffold before the chunks, tail after them in the prompt, response past it
   region(j) {
-    const lay = this.layout;
-    if (!lay) return j * this.blockSize < this.promptLen ? "prompt" : "response";
-    if (j < lay.head_blocks) return "scaffold";
-    if (j < this.tailStart) {
-      let b = j - lay.head_blocks;
-      for (let c = 0; c < lay.chunk_blocks.length; c++) {
-        if (b < lay.chunk_blocks[c]) return `C${c + 1}`;
-        b -= lay.chunk_blocks[c];
-      }
+    const lay = this.layout, bs = this.blockSize;
+    if (!lay) return j * bs < this.promptLen ? "prompt" : "response";
+    for (let c = 0; c < this.spans.length; c++) {
+      const [a, b] = this.spans[c];
+      if (a < (j + 1) * bs && j * bs < b) return `C${c + 1}`;
     }
-    return j * lay.block_size < lay.prompt_len ? "tail" : "response";
+    if (this.spans.length && j * bs < this.spans[0][0]) return "scaffold";
+    return j * bs < lay.prompt_len ? "tail" : "response";
   }
   color(j) {
     const r = this.region(j);

@@ -62,6 +62,8 @@ function derive(h) {
   h.blocks_read = h.built_seq_len != null ? Math.ceil(h.built_seq_len / h.block_size)
     : kept.length;
   h.mode = h.directive ? h.directive.mode : null;
+  // kept blocks that also hold hidden tokens (the paper's unpadded chunks, rounded outward)
+  h.partial = new Set(h.partial_logical || []);
   let kernel = h.staged_row;
   if (h.staged_row && h.kept_logical) kernel = Int32Array.from(kept, (lb) => h.staged_row[lb]);
   h.kernel_row = kernel;
@@ -122,7 +124,8 @@ export class Run {
       Object.assign(h, { row: c.row, block_size: c.bs, directive: c.d, seq_len: r.sl,
                          query_len: r.ql, n_output_seen: r.no, tokens_unseen: r.tu || 0,
                          tag_buffer: r.tb || "", events: r.ev || [], staged_row: null,
-                         kept_logical: null, built_row: null, built_seq_len: r.bl ?? null });
+                         kept_logical: null, partial_logical: null, built_row: null,
+                         built_seq_len: r.bl ?? null });
       if (r.sr) {
         const prev = this._rows.get(r.id);
         const fresh = cur.raw(r.sr[1]);
@@ -137,6 +140,7 @@ export class Run {
         h.staged_row = row;
       }
       if (r.kl !== undefined) h.kept_logical = cur.runs(r.kl);
+      if (r.pl !== undefined) h.partial_logical = cur.runs(r.pl);
       if (r.br !== undefined) h.built_row = cur.raw(r.br);
     }
     if (r.nt !== undefined) {

@@ -27,7 +27,8 @@ export class Strip {
     const j = Math.floor((clientX - box.left - this.x) / this.cell());
     return j >= 0 && j < this.blocks.length ? j : null;
   }
-  // blocks: per slot {fill, ink, id (physical), lb (logical), tag (its label, default id)};
+  // blocks: per slot {fill, ink, id (physical), lb (logical), tag (its label, default id),
+  // partial (kept whole though it holds hidden tokens: drawn with a dashed edge)};
   // labels: "ids" (ranges of tags) or "regions" (region names)
   draw(blocks, slots, { dt = 0, labels = "ids", fresh = null, region = null } = {}) {
     const old = this.pos;
@@ -41,7 +42,8 @@ export class Strip {
     for (let j = 0; j < blocks.length; j++) {
       const b = blocks[j], r = runs[runs.length - 1];
       const p = j > 0 ? blocks[j - 1] : null;
-      const same = r && !each && p.fill === b.fill && step(p.id, b.id) && step(p.lb, b.lb)
+      const same = r && !each && p.fill === b.fill && !p.partial === !b.partial
+        && step(p.id, b.id) && step(p.lb, b.lb)
         && !!(fresh && fresh.has(p.id)) === !!(fresh && fresh.has(b.id));
       if (same) r.stop = j + 1;
       else runs.push({ start: j, stop: j + 1 });
@@ -54,6 +56,13 @@ export class Strip {
                                stroke: each ? "white" : null, "stroke-width": each ? 1 : null,
                                "data-run": `${r.start},${r.stop}`, "data-fill": b.fill,
                                "data-id": b.id ?? "", "data-lb": b.lb ?? "" }, this.runsG);
+      if (b.partial) {
+        // kept whole although it holds hidden tokens: a dashed edge says "read, partly masked"
+        Object.assign(rect.dataset, { partial: "1" });
+        rect.setAttribute("stroke", "#333");
+        rect.setAttribute("stroke-width", "1.5");
+        rect.setAttribute("stroke-dasharray", "3 2");
+      }
       const label = labels === "regions" ? regionLabel(region, b.lb, last.lb)
         : idRange(b.tag ?? b.id, last.tag ?? last.id);
       const tw = label ? textWidth(label, SMALL) : 0;
