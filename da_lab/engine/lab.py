@@ -271,8 +271,15 @@ class Lab:
         outs = self.engine.step()
         wall = time.perf_counter() - t0
         report = self.hook.after_step([o.request_id for o in outs if o.finished])
+        if self.track_kv:
+            kv = self._kv.update()
+        else:
+            kv = {}
+            self._kv.invalidate()
+        # Built once, with everything: the hook's settled steps, the engine's outputs, the
+        # requests added before it, the KV map's changes; never patched afterwards.
         rec = StepRecord.build(self.step_index, wall, report.steps, engine_outputs(outs),
-                               self._added, report.warnings)
+                               self._added, report.warnings, kv=kv)
         self._added = []
         flag_requests(self.requests, report.warnings)
         for o in outs:
@@ -285,10 +292,6 @@ class Lab:
                 r["text"] += c.text
                 r["finished"] = o.finished
         prune_finished(self.requests, self.keep_finished)
-        if self.track_kv:
-            rec.kv = self._kv.update()
-        else:
-            self._kv.invalidate()
         self.step_index += 1
         if self._writer is not None:
             self._writer.write(rec)
