@@ -198,17 +198,15 @@ class Lab:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
+        from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_LAYOUT, extra_args
 
         da_id = request_id or f"r{len(self.requests)}-{uuid.uuid4().hex[:6]}"
         validate.check_request_id(da_id, self.requests)
         ids = validate.check_prompt(prompt, self.block_size, self.max_model_len, max_tokens)
-        extra: dict = {EXTRA_ID: da_id}
-        if isinstance(prompt, DAPrompt):
-            extra[EXTRA_LAYOUT] = prompt.layout.to_dict()
         tags = sorted((int(at), str(text)) for at, text in tags)
+        extra = extra_args(da_id, prompt.layout if isinstance(prompt, DAPrompt) else None,
+                           [[at, self.encode(text)] for at, text in tags] if tags else None)
         if tags:
-            extra[EXTRA_DIRECTOR] = [[at, self.encode(text)] for at, text in tags]
             validate.check_tags(extra[EXTRA_DIRECTOR], max_tokens)
         self.hook.forget_script(da_id)   # a reused id starts without the old request's steering
         self.requests.pop(da_id, None)
