@@ -341,9 +341,9 @@ class Lab:
                           runner=self.runner_class, backend=self.hook.backend,
                           block_size=self.block_size, num_blocks=self.num_blocks,
                           runner_kind=self.runner_kind,
-                          graphs="eager" if self.eager else self._graph_mode())
+                          graphs="eager" if self.eager else self.graph_mode())
 
-    def _graph_mode(self) -> str:
+    def graph_mode(self) -> str:
         mode = self.llm.llm_engine.vllm_config.compilation_config.cudagraph_mode
         return str(getattr(mode, "name", mode)).lower()
 
