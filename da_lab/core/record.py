@@ -178,7 +178,7 @@ class RequestStep:
         return self.built_row if self.built_row is not None else self.kernel_row
 
     def note_built(self, seq_len: int, row: np.ndarray | None) -> None:
-        """What the attention builder received for this request (hook/metadata.py)."""
+        """What the attention builder received for this request (hook/step.Step.note_built)."""
         self.built_seq_len = seq_len
         if row is not None:
             kernel = self.kernel_row
