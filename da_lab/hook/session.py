@@ -37,7 +37,7 @@ from da_lab.hook.book import RequestBook
 from da_lab.hook.errors import DAUnsupported
 from da_lab.hook.facts import EngineFacts
 from da_lab.hook.request import RequestState
-from da_lab.hook.service import Service
+from da_lab.hook.service import Service, serving_env
 from da_lab.hook.step import Step
 
 
@@ -100,8 +100,6 @@ class Session:
     def refuse_model(self, err: DAUnsupported) -> None:
         """At engine start: a Lab (or any non-serving engine) refuses the model; a server keeps
         serving plain requests and says why DA is off."""
-        from da_lab.hook.service import serving_env
-
         if not serving_env():
             raise err
         self.book.disabled = str(err)
