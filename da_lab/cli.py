@@ -74,10 +74,10 @@ def _bad_live_args(args, record_to: str | None) -> str | None:
     if args.max_model_len is not None and args.max_model_len < 1:
         return f"--max-model-len must be at least 1, not {args.max_model_len}"
     if record_to:
-        from da_lab.trace.format import TraceError, _format_of
+        from da_lab.trace.format import TraceError, format_of
 
         try:
-            _format_of(Path(record_to))
+            format_of(Path(record_to))
         except TraceError as e:
             return f"--out: {e}"
         from da_lab.outputs import file_problem

@@ -9,15 +9,8 @@ import sys
 
 import pytest
 
-from da_lab.bench.report import check_overlap, spread
-from da_lab.bench.run import (
-    TAGS,
-    bench_layout,
-    ideal_speedup,
-    kept_fraction,
-    kept_prompt_len,
-    ratios,
-)
+from da_lab.bench.plan import TAGS, bench_layout, kept_fraction, kept_prompt_len
+from da_lab.bench.report import check_overlap, ideal_speedup, ratios, spread
 
 ROW_KEYS = {"model", "context", "batch", "mode", "kept_block_fraction", "decode_tok_s",
             "attn_ms_per_step", "ideal_speedup"}

@@ -160,7 +160,7 @@ STOCK = textwrap.dedent("""
     llm = LLM(model=sys.argv[1], dtype="float32", block_size=32, enforce_eager=True,
               num_gpu_blocks_override=64, max_model_len=2016, seed=0)
     import da_lab.hook
-    assert not da_lab.hook._installed, "the DA plugin was loaded"
+    assert not da_lab.hook.installed(), "the DA plugin was loaded"
     out = llm.generate([{"prompt_token_ids": ids}],
                        SamplingParams(temperature=0, max_tokens=24, ignore_eos=True))
     print("TOKENS", json.dumps(list(out[0].outputs[0].token_ids)))

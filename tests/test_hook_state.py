@@ -1,14 +1,18 @@
-"""The tracker's per-step decision without an engine: director tokens, lag, bad token ids."""
+"""The hook's per-step decision without an engine (the request book and one Step): director
+tokens, lag, bad token ids, faults ending a request."""
 
 import numpy as np
 
 from da_lab.core.layout import Layout
-from da_lab.hook.state import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT, Tracker
+from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
+from da_lab.hook.book import RequestBook
+from da_lab.hook.facts import EngineFacts
+from da_lab.hook.step import Step
 
 
 def tracker(tiny_model, script):
-    t = Tracker()
-    t.tokenizer_path = tiny_model
+    t = RequestBook()
+    t.learn(EngineFacts(tokenizer_path=tiny_model))
     layout = Layout(block_size=32, head_blocks=1, chunk_blocks=(2, 2), prompt_len=5 * 32 + 7)
     extra = {EXTRA_LAYOUT: layout.to_dict(), EXTRA_ID: "a", EXTRA_DIRECTOR: script}
     return t, layout, extra
@@ -16,9 +20,9 @@ def tracker(tiny_model, script):
 
 def step(t, extra, outputs, seq_len, q):
     rows = np.zeros((1, 16), dtype=np.int32)
-    t.begin_step()
-    return t.rewrite(["a"], [outputs], [extra], rows.__getitem__, np.array([seq_len]),
-                     np.array([q]))
+    s = Step(t.begin_step(), t, record_rows=True)
+    s.begin(["a"], [outputs], [extra], rows.__getitem__, np.array([seq_len]), np.array([q]))
+    return s
 
 
 def test_director_tokens_land_at_their_output_index(tiny_model):
@@ -37,10 +41,10 @@ def test_tokens_the_hook_has_not_seen_are_counted(tiny_model):
     t, layout, extra = tracker(tiny_model, [])
     P = layout.prompt_len
     step(t, extra, [], P, P)
-    step(t, None, [], P + 1, 1)      # output 0 sampled, its copy not landed yet (async)
-    assert t.steps[-1].requests[0].tokens_unseen == 1
-    step(t, None, [4, 4], P + 2, 1)
-    assert t.steps[-1].requests[0].tokens_unseen == 0
+    s = step(t, None, [], P + 1, 1)  # output 0 sampled, its copy not landed yet (async)
+    assert s.requests[0].tokens_unseen == 1
+    s = step(t, None, [4, 4], P + 2, 1)
+    assert s.requests[0].tokens_unseen == 0
 
 
 def test_token_ids_outside_the_tokenizer_are_an_event_not_a_crash(tiny_model):
@@ -57,10 +61,10 @@ def test_token_ids_outside_the_tokenizer_are_an_event_not_a_crash(tiny_model):
 def test_an_unknown_metadata_call_raises_naming_the_supported_versions():
     import pytest
 
-    from da_lab.hook import context
     from da_lab.hook.errors import DAUnsupported
     from da_lab.hook.runners import v1
     from da_lab.hook.runners.releases import supported_range
+    from da_lab.hook.session import SESSION
 
     calls = []
 
@@ -70,7 +74,7 @@ def test_an_unknown_metadata_call_raises_naming_the_supported_versions():
 
     build = v1._wrap_build_attention_metadata(orig)
     dummy = v1._wrap_dummy_run(lambda self: build(self, num_tokens=1, num_reqs=1))
-    assert dummy(object()) == "built" and context.current().dummy == 0   # a dummy run passes
+    assert dummy(object()) == "built" and not SESSION.in_dummy_run()  # a dummy run passes
     with pytest.raises(DAUnsupported) as e:       # a real step without the step's keywords
         build(object(), num_tokens=8, num_reqs=1)
     msg = str(e.value)
@@ -113,23 +117,21 @@ def _drained_after(lag: int) -> list[list[int]]:
     """Queue one sampled token per step for request 'a' and record what each drain hands over."""
     import torch
 
-    from da_lab.hook.runners import common
-    from da_lab.hook.state import TRACKER, RequestState
+    from da_lab.hook.request import RequestState
+    from da_lab.hook.session import Session
 
-    saved = (TRACKER.requests, TRACKER.pending_outputs, TRACKER.step_index, TRACKER.token_lag)
+    session = Session()
+    book = session.book
+    book.learn(EngineFacts(token_lag=lag))
     st = RequestState.__new__(RequestState)
     st.captured = []
-    TRACKER.requests, TRACKER.pending_outputs = {"a": st}, []
-    TRACKER.step_index, TRACKER.token_lag = -1, lag
+    book.requests = {"a": st}
     seen = []
-    try:
-        for s in range(4):
-            # The runners' own step start: drain, advance, decide (what step s may read).
-            common.begin_step(lambda: seen.append(list(st.captured)))
-            assert TRACKER.step_index == s
-            TRACKER.pending_outputs.append((s, [("a", 0)], torch.tensor([10 + s]), _Landed()))
-    finally:
-        TRACKER.requests, TRACKER.pending_outputs, TRACKER.step_index, TRACKER.token_lag = saved
+    for s in range(4):
+        # The runners' own step start: drain, advance, decide (what step s may read).
+        session.begin_step(lambda step: seen.append(list(st.captured)))
+        assert book.step_index == s
+        book.pending.append((s, [("a", 0)], torch.tensor([10 + s]), _Landed()))
     return seen
 
 
@@ -152,7 +154,7 @@ def test_a_fault_ending_a_request_the_runner_dropped_stays_with_it(tiny_model, m
     t.track("r1", dict(extra, **{EXTRA_ID: "fault-after_step-1"}))
     t.track("r2", dict(extra, **{EXTRA_ID: "plain"}))
     assert set(t.requests) == {"r1", "r2"}
-    t.drop_missing(set())                       # the runner holds neither any more
+    t.forget_absent(set())                      # the runner holds neither any more
     assert not t.requests and "plain" in t.finished and "fault-after_step-1" not in t.finished
     refused = [w for w in t.warnings if w["kind"] == "da_refused"]
     assert [w["req"] for w in refused] == ["fault-after_step-1"]
@@ -166,10 +168,12 @@ def test_a_fault_ending_a_request_by_its_da_id_refuses_it_alone(tiny_model, monk
     from da_lab.hook.session import Session
 
     monkeypatch.setenv(faults.ENV, "1")
+    session = Session()
     t, _, extra = tracker(tiny_model, [])
+    session.book = t
     t.track("r1", dict(extra, **{EXTRA_ID: "fault-after_step-1"}))
     t.track("r2", dict(extra, **{EXTRA_ID: "plain"}))
-    report = Session(t).after_step(["fault-after_step-1"])
+    report = session.after_step(["fault-after_step-1"])
     assert set(t.requests) == {"r2"} and "r2" not in t.refused
     refused = [w for w in report.warnings if w["kind"] == "da_refused"]
     assert [w["req"] for w in refused] == ["fault-after_step-1"]

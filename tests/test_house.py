@@ -139,8 +139,8 @@ ROOM_ORDER = [("da_lab.core", "da_lab.outputs"), ("da_lab.trace",), ("da_lab.hoo
                                    "da_lab.lesson", "da_lab_widgets"),
               ("da_lab.serve", "da_lab.client"), ("da_lab.cli",)]
 # What the code that drives an engine may import of the hook: its front door and the small
-# shared parts; the tracker, the metadata edit, the runners and the per-step context are the
-# hook's own.
+# shared parts; the request book, the step, the metadata edit and the runners are the hook's
+# own.
 HOOK_DOORS = ("da_lab.hook", "da_lab.hook.session", "da_lab.hook.errors",
               "da_lab.hook.counters", "da_lab.hook.runners.releases",
               "da_lab.hook.runners.needs", "da_lab.hook.runners.cm_fields")
@@ -210,6 +210,7 @@ RETIRED = {
     r"built_row →|row the attention builder got": "kernel row",
     r"\brids?\b": "da_id (the caller's) or req_id (vLLM's)",
     r"sink \+ scaffold|scaffold \+ sink": "scaffold head",
+    r"\bHookStep\b|\bStepContext\b": "Step (hook/step.py: one hook step, decision to record)",
 }
 GLOSSARY_SCOPE = ("README.md", "docs/", "da_lab/", "widgets/", "notebooks/src/", "bench/", "tools/",
                   "tests/")

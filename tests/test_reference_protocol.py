@@ -1,7 +1,7 @@
 """da_lab against the paper's reference implementation (`declarative-attention` 0.0.8, Ho et al.
 2026, arXiv 2609.02737): the same streams, split into tokens at random, through both.
 
-Where the two protocols overlap, every step must agree: the kept blocks and the compacted
+Where the two protocols overlap, every step must agree: the kept blocks and the attention
 seq_len equal `DeclarativeVLLMHook`'s, and the full-sequence token mask equals
 `derive_declarative_mask`'s (shifted by the one token the reference's two functions disagree
 on: see test_derive_mask_applies_a_tag_one_token_later). Where they differ by design, a test
@@ -82,7 +82,7 @@ def _case(seed: int):
 
 def _hook_rows(hook, bs, reqs, step, n_max):
     """One decode step through DeclarativeVLLMHook for the batch's live requests:
-    {request: (kept logical blocks, compacted seq_len)}."""
+    {request: (kept logical blocks, attention seq_len)}."""
     live = [r for r, (_, plen, toks) in enumerate(reqs) if step < len(toks)]
     seq = [reqs[r][1] + step + 1 for r in live]
     # Physical ids 1.. so that the hook's zero padding is told apart from block 0.

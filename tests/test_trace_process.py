@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from da_lab.core.record import Metadata, RequestStep, StepRecord
 from da_lab.trace import TraceError, TraceWriter, load
-from da_lab.trace.format import _dumps
+from da_lab.trace.format import compact_json
 from da_lab.trace.process import ArrayReuseEncoder, ProcessTraceWriter
 
 FORMATS = [".jsonl.gz", ".parquet"]
@@ -59,7 +59,7 @@ def test_same_records_as_the_plain_writer(tmp_path, ext):
     assert child.header == plain.header
     assert child.records == plain.records == recs
     assert recs[0].requests[2].built_row is not None and recs[0].requests[1].built_row is None
-    assert [r.to_json() for r in child] == [json.loads(_dumps(r.to_json())) for r in recs]
+    assert [r.to_json() for r in child] == [json.loads(compact_json(r.to_json())) for r in recs]
 
 
 def test_a_record_changed_after_write_is_written_as_it_was(tmp_path):
@@ -139,7 +139,7 @@ values = st.one_of(arrays, st.integers(), st.text(max_size=8), st.none(),
 def test_array_reuse_encoder_gives_jsons_text(requests, metadata):
     enc = ArrayReuseEncoder()
     rec = {"step": 1, "requests": requests, "metadata": metadata}
-    assert enc.dumps(rec) == _dumps(rec)
-    assert enc.dumps(rec) == _dumps(rec)          # second time from its cache
+    assert enc.dumps(rec) == compact_json(rec)
+    assert enc.dumps(rec) == compact_json(rec)          # second time from its cache
     rec2 = {"step": 2, "requests": requests[::-1]}
-    assert enc.dumps(rec2) == _dumps(rec2)
+    assert enc.dumps(rec2) == compact_json(rec2)

@@ -81,7 +81,7 @@ class Measuring:
     def _add_requests(self, context: int, batch: int, layout, length: int) -> list[str]:
         from vllm import SamplingParams
 
-        from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
+        from da_lab.core.wire import extra_args
         from da_lab.engine.access import output_kind
 
         mode = self.spec["mode"]
@@ -93,9 +93,7 @@ class Measuring:
             da_id = f"{mode}-{context}-{i}"
             extra = None
             if self.plugin:
-                extra = {EXTRA_ID: da_id, EXTRA_LAYOUT: layout.to_dict()}
-                if tag:
-                    extra[EXTRA_DIRECTOR] = [[0, list(tag)]]
+                extra = extra_args(da_id, layout, [[0, list(tag)]] if tag else None)
             params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
                                     detokenize=False, output_kind=output_kind("DELTA"),
                                     extra_args=extra)

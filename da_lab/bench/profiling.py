@@ -12,7 +12,7 @@ ATTN_EXCLUDE = ("reshape_and_cache", "scheduler_metadata", "rotary", "rope")
 CPU_WRAPPERS = ("unified_attention",)    # python-side custom-op wrappers on the CPU path
 
 
-def _device_name(torch) -> str:
+def device_name(torch) -> str:
     if torch.cuda.is_available():
         return torch.cuda.get_device_name()
     try:
@@ -24,7 +24,7 @@ def _device_name(torch) -> str:
     return "cpu"
 
 
-def _cls(obj) -> str:
+def class_name(obj) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 

@@ -31,7 +31,7 @@ class Recorder:
                                                       self.kv.changes_from_empty()))
         self.step_index = 0
         self.added: list[dict] = []
-        self.hook_log: list = []   # hook/context.HookStep
+        self.hook_log: list = []   # hook/step.Step
         self.seconds = 0.0
 
     def on_step(self, outs, wall: float) -> None:

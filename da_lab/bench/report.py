@@ -8,7 +8,7 @@ from pathlib import Path
 from da_lab.bench.plan import MODELS, MODES
 
 
-def _log(msg: str) -> None:
+def log_line(msg: str) -> None:
     import sys
 
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
@@ -82,7 +82,7 @@ def check_overlap(doc: dict) -> None:
                                  "the timed steps").strip()
 
 
-def _sort_key(r: dict) -> tuple:
+def sort_key(r: dict) -> tuple:
     return (MODELS.index(r["model"]) if r["model"] in MODELS else 9, r["context"], r["batch"],
             MODES.index(r["mode"]) if r["mode"] in MODES else 9)
 
@@ -180,6 +180,6 @@ def write_plot(doc: dict, json_path: Path) -> list[Path]:
             kopts={"path": browser_path(), "enable_sandbox": False, "mathjax": False})
         written.append(png)
     except Exception as e:   # noqa: BLE001 - the HTML is the plot; the PNG is a convenience
-        _log(f"no PNG ({type(e).__name__}: {e}); `da-lab bench --plot {json_path}` on a "
+        log_line(f"no PNG ({type(e).__name__}: {e}); `da-lab bench --plot {json_path}` on a "
              "machine with kaleido + Chromium makes it")
     return written

@@ -45,17 +45,14 @@ from da_lab.bench.plan import (  # noqa: F401
     N_CHUNKS,
     STOCK_MODES,
     TAGS,
-    bench_layout,
-    kept_fraction,
-    kept_prompt_len,
     prepare_model,
 )
 from da_lab.bench.report import (
-    _log,
-    _sort_key,
     check_overlap,
     ideal_speedup,
+    log_line,
     ratios,
+    sort_key,
     table,
     write_plot,
 )
@@ -204,9 +201,8 @@ def add_arguments(p) -> None:
     p.add_argument("--focus-fraction", type=float, default=0.15,
                    help="target kept blocks / all blocks under FOCUS (scaffold, tail, response "
                         "included)")
-    p.add_argument("--spans", action="store_true",
-                   help="the paper's unpadded chunks: every chunk boundary half a block off the "
-                        "grid, so FOCUS keeps the shared edge blocks whole (rounded outward)")
+    p.add_argument("--spans", action="store_true", help="the paper's unpadded chunks: their "
+                   "boundaries half a block off the grid (FOCUS keeps shared edge blocks whole)")
     p.add_argument("--llama-vocab", type=int, default=LLAMA_VOCAB,
                    help="vocab_size of llama-8b-dummy (128256 = Llama 3's, realistic bytes)")
     p.add_argument("--record-trace", action="store_true",
@@ -265,8 +261,8 @@ def _settings(args) -> tuple[dict, str]:
             "gpu_memory_utilization": args.gpu_memory_utilization,
             "focus_fraction": args.focus_fraction, "focus_tag": TAGS["focus"],
             "n_chunks": N_CHUNKS, "seed": args.seed, "overlap_import": bool(args.overlap_import),
-            "llama_vocab": args.llama_vocab, "kv_cache": args.kv_cache,
-            "spans": bool(args.spans)}, dev_name
+            "llama_vocab": args.llama_vocab, "kv_cache": args.kv_cache, "spans": args.spans}, \
+        dev_name
 
 
 def _plan(settings: dict, args) -> list[dict]:
@@ -305,13 +301,13 @@ def _take(doc: dict, res: dict, spec: dict, dev_name: str, first: bool) -> None:
         r["ideal_speedup"] = None if (r.get("error") or r.get("skipped")) else ideal_speedup(r)
         doc["rows"].append(r)
         sp = r.get("decode_tok_s_spread") or {}
-        _log(f"    {model} {mode} ctx {r['context']} batch {r['batch']}: " + (
+        log_line(f"    {model} {mode} ctx {r['context']} batch {r['batch']}: " + (
             r.get("error") or r.get("skipped") or
             f"{r['decode_tok_s']} tok/s (min {sp.get('min')}, max {sp.get('max')}), attn "
             f"{r['attn_ms_per_step']} ms/step, kept {r['kept_block_fraction']}, ideal "
             f"x{r['ideal_speedup']}"))
     ok = [r for r in res["rows"] if r.get("decode_tok_s")]
-    _log(f"{model} {mode}: {len(ok)}/{len(res['rows'])} rows in {res['wall_s']} s (import "
+    log_line(f"{model} {mode}: {len(ok)}/{len(res['rows'])} rows in {res['wall_s']} s (import "
          f"{res.get('import_s')} s, engine start {res.get('engine_start_s')} s)"
          + (f"; ERROR {res['error']}" if res.get("error") else ""))
 
@@ -328,7 +324,8 @@ def _run_children(plan: list[dict], doc: dict, args, dev_name: str, out: Path,
         left = None if args.budget_seconds is None else \
             args.budget_seconds - (time.perf_counter() - t_start)
         if left is not None and left < 30:
-            _log(f"{spec['model']} {spec['mode']}: skipped, the run's --budget-seconds is used up")
+            log_line(f"{spec['model']} {spec['mode']}: skipped, the run's --budget-seconds is "
+                     "used up")
             cur.kill()
             doc["rows"] += [dict(_row_stub(spec["model"], c, b, spec["mode"]),
                                  skipped="--budget-seconds used up")
@@ -337,7 +334,7 @@ def _run_children(plan: list[dict], doc: dict, args, dev_name: str, out: Path,
             timeout = args.max_seconds if left is None else min(args.max_seconds, left)
             cur.spec["max_seconds"] = timeout
             cur.write_spec()
-            _log(f"[{i + 1}/{len(plan)}] {spec['model']} {spec['mode']}: go (limit "
+            log_line(f"[{i + 1}/{len(plan)}] {spec['model']} {spec['mode']}: go (limit "
                  f"{timeout:.0f} s)")
             cur.go()
             if overlap and i + 1 < len(plan):
@@ -381,22 +378,22 @@ def cmd_bench(args) -> int:
            "settings": settings, "children": [], "rows": [], "ratios": []}
     plan = _plan(settings, args)
     s = settings
-    _log(f"run {run_id}: {len(plan)} children ({', '.join(s['models'])} x "
+    log_line(f"run {run_id}: {len(plan)} children ({', '.join(s['models'])} x "
          f"{', '.join(s['modes'])}), contexts {s['contexts']}, batches {s['batches']}, "
          f"{s['repeats']} x {s['decode_steps']} decode steps, block size {s['block_size']}, "
          f"runner {s['runner']}, {'eager' if s['eager'] else 'compiled + graphs'}")
     _run_children(plan, doc, args, dev_name, out, t_start)
     check_overlap(doc)
-    doc["rows"].sort(key=_sort_key)
-    doc["ratios"] = sorted(ratios(doc["rows"]), key=lambda x: _sort_key(dict(x, mode="")))
+    doc["rows"].sort(key=sort_key)
+    doc["ratios"] = sorted(ratios(doc["rows"]), key=lambda x: sort_key(dict(x, mode="")))
     doc["wall_s"] = round(time.perf_counter() - t_start, 1)
     out.write_text(json.dumps(doc, indent=1))
     print(table(doc), flush=True)
-    _log(f"wrote {out} ({doc['wall_s']} s)")
+    log_line(f"wrote {out} ({doc['wall_s']} s)")
     if not args.no_plot:
         try:
             for p in write_plot(doc, out):
-                _log(f"wrote {p}")
+                log_line(f"wrote {p}")
         except ImportError as e:      # e.g. no plotly on the GPU machine
-            _log(f"no plot ({e}); `da-lab bench --plot {out}` makes it where plotly is")
+            log_line(f"no plot ({e}); `da-lab bench --plot {out}` makes it where plotly is")
     return 0

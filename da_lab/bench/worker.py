@@ -26,7 +26,13 @@ from pathlib import Path
 
 from da_lab.bench.measure import Measuring
 from da_lab.bench.plan import STOCK_MODES, TAGS
-from da_lab.bench.profiling import _cls, _device_name, attention_time, config_params, weight_bytes
+from da_lab.bench.profiling import (
+    attention_time,
+    class_name,
+    config_params,
+    device_name,
+    weight_bytes,
+)
 from da_lab.engine.child import write_doc
 from da_lab.engine.env import engine_name
 
@@ -142,7 +148,7 @@ class Child(Measuring):
         self.tag_ids = {m: tok.encode(t, add_special_tokens=False).ids for m, t in TAGS.items()}
         hook = getattr(self, "hook", None)
         self.doc.update({
-            "vllm": engine_name(), "device": _device_name(torch), "runner": _cls(self.runner),
+            "vllm": engine_name(), "device": device_name(torch), "runner": class_name(self.runner),
             "hook_runner": hook and hook.runner_class,
             "backend": hook and hook.backend or None,
             "attn_backend": access.attention_backends(self.runner),

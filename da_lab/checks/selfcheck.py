@@ -37,7 +37,7 @@ cuda = torch.cuda.is_available()
 llm = LLM(model=sys.argv[1], dtype="bfloat16" if cuda else "float32", block_size=32,
           enforce_eager=not cuda, num_gpu_blocks_override=64, max_model_len=2016, seed=0)
 import da_lab.hook
-assert not da_lab.hook._installed, "the DA plugin was loaded"
+assert not da_lab.hook.installed(), "the DA plugin was loaded"
 out = llm.generate([{"prompt_token_ids": json.loads(sys.argv[2])}],
                    SamplingParams(temperature=0, max_tokens=int(sys.argv[3]), ignore_eos=True))
 print("TOKENS", json.dumps(list(out[0].outputs[0].token_ids)), flush=True)

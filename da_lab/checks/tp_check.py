@@ -6,7 +6,7 @@ reach the same decisions from the same sampled tokens (GitHub issue 8).
 Starts `vllm.LLM(..., tensor_parallel_size=N)` with multiprocess workers (the engine core in
 its own process, one worker process per rank; the `vllm.general_plugins` entry point loads the
 hook in each), runs the seed scenario's three director scripts at once (greedy), then:
-  1. fetches every rank's hook log through `llm.collective_rpc` (the worker's TRACKER: step
+  1. fetches every rank's hook log through `llm.collective_rpc` (the worker's SESSION: step
      records with tag events, decisions, staged/kept/kernel rows, built metadata; per request
      the events, mask history and the hook's own copy of the sampled tokens) and compares the
      ranks record by record: identical => `ranks_agree`;
@@ -77,13 +77,13 @@ def request_params(tokenizer, prompt, tags, max_tokens: int, da_id: str):
     extra_args); returns (params, forced output indices)."""
     from vllm import SamplingParams
 
-    from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
+    from da_lab.core.wire import extra_args
 
     script = sorted([int(at), tokenizer.encode(t, add_special_tokens=False)] for at, t in tags)
     for (a, ids), (b, _) in zip(script, script[1:], strict=False):
         if a + len(ids) > b:
             raise ValueError(f"director tags overlap at output {a}")
-    extra = {EXTRA_ID: da_id, EXTRA_LAYOUT: prompt.layout.to_dict(), EXTRA_DIRECTOR: script}
+    extra = extra_args(da_id, prompt.layout, script)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
                             extra_args=extra)
     forced = {at + k for at, ids in script for k in range(len(ids))}

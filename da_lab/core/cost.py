@@ -26,6 +26,12 @@ def decode_positions(history: Iterable[tuple[int, int, object]], block_size: int
     return read, full
 
 
+def request_cost(state) -> float | None:
+    """One request's cost from its hook state (`mask_history`, `layout`)."""
+    lay = state.layout
+    return cost(*decode_positions(state.mask_history, lay.block_size, lay.prompt_len))
+
+
 def step_positions(steps) -> tuple[int, int]:
     """(positions read, positions in full) over recorded RequestSteps: the decode steps (one
     query token) of one request, or of many."""

@@ -1,9 +1,11 @@
 """The step record: what one engine step did, from the hook to the trace and the widgets.
 
-One `StepRecord` per engine step, holding one `RequestStep` per request the step touched. The
-hook creates each `RequestStep` (hook/state.py), the attention-builder wrapper fills in what the
-builder received on that same object (hook/metadata.py), the Lab adds the engine's outputs and
-assembles the `StepRecord` (engine/lab.py). Live or loaded from a trace, it is the same object.
+One `StepRecord` per engine step, holding one `RequestStep` per request the step touched. One
+owner completes each hook `RequestStep`: the hook's `Step` (hook/step.py) creates it when the
+step begins, notes what the attention builder received on it and settles it; `StepRecord.build`
+then sets the engine's outputs and assembles the record once, with everything (the Lab, the
+server's trace, the bench's recorder); nothing patches it afterwards. Live or loaded from a
+trace, it is the same object.
 
 Units: positions and lengths in tokens; rows and kept positions in blocks (`block_size` tokens
 each); `wall_s` in seconds, `hook_us` in microseconds. Rows are numpy arrays: physical block
@@ -176,7 +178,7 @@ class RequestStep:
         return self.built_row if self.built_row is not None else self.kernel_row
 
     def note_built(self, seq_len: int, row: np.ndarray | None) -> None:
-        """What the attention builder received for this request (hook/metadata.py)."""
+        """What the attention builder received for this request (hook/step.Step.note_built)."""
         self.built_seq_len = seq_len
         if row is not None:
             kernel = self.kernel_row

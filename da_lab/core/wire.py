@@ -36,6 +36,20 @@ MAX_CHUNKS = 1 << 16
 MAX_WIRE_CHARS = 1 << 20
 
 
+def extra_args(da_id: str, layout: Layout | dict | None = None,
+               director: list | None = None) -> dict:
+    """The engine's `SamplingParams.extra_args` for a request: its id, its layout (a Layout or
+    its dict) and the director's script ([[output index, [token ids]], ...]) where given. The
+    one constructor: the Lab, the teacher, the bench, the eval and the TP check build theirs
+    here, so the key set the hook reads (EXTRA_*) is written in one place."""
+    extra: dict = {EXTRA_ID: da_id}
+    if layout is not None:
+        extra[EXTRA_LAYOUT] = layout.to_dict() if isinstance(layout, Layout) else layout
+    if director is not None:
+        extra[EXTRA_DIRECTOR] = director
+    return extra
+
+
 def layout_to_wire(layout: Layout, *, with_prompt_len: bool = True) -> str:
     d = layout.to_dict()
     if not with_prompt_len:

@@ -78,13 +78,6 @@ def tp_rank_info() -> tuple[int, str]:
         return -1, ""
 
 
-def kv_cache_block(block_id: int):
-    """A vLLM scheduler KV block object (KVCacheBlock), for benchmarks that stand in a pool."""
-    from vllm.v1.core.kv_cache_utils import KVCacheBlock
-
-    return KVCacheBlock(block_id)
-
-
 def output_kind(name: str):
     """vLLM's RequestOutputKind by name ("DELTA", "FINAL_ONLY", "CUMULATIVE"): what a request's
     outputs carry at each step (not exported at vLLM's top level)."""

@@ -6,13 +6,14 @@ readable directly after each step. Everything the lab starts runs offline (HF_HU
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import uuid
 from pathlib import Path
 
+from da_lab.core.cost import request_cost
 from da_lab.core.layout import BLOCK_SIZE, DAPrompt, build_prompt, seed_texts
+from da_lab.core.paper import paper_prompt
 from da_lab.core.record import StepRecord
 from da_lab.engine import access, kvmap, startup, steering, validate
 from da_lab.engine.env import LAB_ENV, apply_env, engine_name  # noqa: F401 - re-exported
@@ -27,27 +28,6 @@ _live_lab: Lab | None = None
 def running_lab() -> Lab | None:
     """The Lab this process runs now, if any (engine/one_lab.py reuses it)."""
     return _live_lab
-
-
-def precheck_model(path: str | Path) -> None:
-    """Refuse models the hook can't serve before paying for an engine start."""
-    cfg_file = Path(path) / "config.json"
-    if not cfg_file.exists():
-        raise FileNotFoundError(f"{path}: no config.json; --model takes a local Hugging Face "
-                                "model folder (nothing is downloaded)")
-    cfg = json.loads(cfg_file.read_text())
-    cfg = cfg.get("text_config", cfg)
-    name = Path(path).name
-    if cfg.get("kv_lora_rank") or cfg.get("q_lora_rank"):
-        raise ValueError(f"{name}: MLA attention (kv_lora_rank) is not supported by the DA hook")
-    sw = cfg.get("sliding_window")
-    # Qwen2 configs carry a sliding_window value but switch it off with use_sliding_window.
-    if sw and cfg.get("use_sliding_window", cfg.get("model_type") != "qwen2"):
-        raise ValueError(f"{name}: sliding window attention (sliding_window={sw}) is not "
-                         "supported by the DA hook: hidden blocks and the window would fight")
-    if len(set(cfg.get("layer_types") or ["full_attention"])) > 1:
-        raise ValueError(f"{name}: mixed layer types {sorted(set(cfg['layer_types']))} need "
-                         "several KV-cache groups, which the DA hook does not support")
 
 
 def start_key(model: str, **kwargs) -> str:
@@ -86,7 +66,7 @@ class Lab:
         if runner is not None:
             os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if runner == "v2" else "0"
         self.model = str(model or build_tiny_model())
-        precheck_model(self.model)
+        validate.precheck_model(self.model)
         # How it was started, to tell whether a later ask for a Lab can reuse it (one_lab.py).
         self.start_key = start_key(self.model, num_blocks=num_blocks, block_size=block_size,
                                    dtype=dtype, max_model_len=max_model_len,
@@ -185,8 +165,6 @@ class Lab:
     def paper_prompt(self, question: str, context, **kw) -> DAPrompt:
         """The paper's prompt (Ho et al. 2026): "Magic Chunk k:" sections of unpadded token
         spans. `context`: the documents, or one long text to segment (core/paper.py)."""
-        from da_lab.core.paper import paper_prompt
-
         return paper_prompt(self.encode, question, context, block_size=self.block_size,
                             bos_id=self.tokenizer.bos_token_id, **kw)
 
@@ -198,19 +176,17 @@ class Lab:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
+        from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_LAYOUT, extra_args
 
         self._alive()
         da_id = request_id or f"r{len(self.requests)}-{uuid.uuid4().hex[:6]}"
         validate.check_request_id(da_id, self.requests)
         validate.check_prompt_type(prompt)
         ids = validate.check_prompt(prompt, self.block_size, self.max_model_len, max_tokens)
-        extra: dict = {EXTRA_ID: da_id}
-        if isinstance(prompt, DAPrompt):
-            extra[EXTRA_LAYOUT] = prompt.layout.to_dict()
         tags = sorted(validate.tag_pair(t) for t in tags)
+        extra = extra_args(da_id, prompt.layout if isinstance(prompt, DAPrompt) else None,
+                           [[at, self.encode(text)] for at, text in tags] if tags else None)
         if tags:
-            extra[EXTRA_DIRECTOR] = [[at, self.encode(text)] for at, text in tags]
             validate.check_tags(extra[EXTRA_DIRECTOR], max_tokens)
         self.hook.forget_script(da_id)   # a reused id starts without the old request's steering
         self.requests.pop(da_id, None)
@@ -275,8 +251,15 @@ class Lab:
         outs = self.engine.step()
         wall = time.perf_counter() - t0
         report = self.hook.after_step([o.request_id for o in outs if o.finished])
+        if self.track_kv:
+            kv = self._kv.update()
+        else:
+            kv = {}
+            self._kv.invalidate()
+        # Built once, with everything: the hook's settled steps, the engine's outputs, the
+        # requests added before it, the KV map's changes; never patched afterwards.
         rec = StepRecord.build(self.step_index, wall, report.steps, engine_outputs(outs),
-                               self._added, report.warnings)
+                               self._added, report.warnings, kv=kv)
         self._added = []
         flag_requests(self.requests, report.warnings)
         for o in outs:
@@ -289,10 +272,6 @@ class Lab:
                 r["text"] += c.text
                 r["finished"] = o.finished
         prune_finished(self.requests, self.keep_finished)
-        if self.track_kv:
-            rec.kv = self._kv.update()
-        else:
-            self._kv.invalidate()
         self.step_index += 1
         if self._writer is not None:
             self._writer.write(rec)
@@ -316,10 +295,7 @@ class Lab:
     def attention_cost(self, da_id: str) -> float | None:
         """The paper's decoding attention cost of a request so far: KV positions the kernel
         read during decode / what full attention reads (core/cost.py); None before decode."""
-        from da_lab.core.cost import cost, decode_positions
-
-        st = self.request_state(da_id)
-        return cost(*decode_positions(st.mask_history, self.block_size, st.layout.prompt_len))
+        return request_cost(self.request_state(da_id))
 
     @property
     def runner_class(self) -> str:
@@ -353,9 +329,9 @@ class Lab:
                           runner=self.runner_class, backend=self.hook.backend,
                           block_size=self.block_size, num_blocks=self.num_blocks,
                           runner_kind=self.runner_kind,
-                          graphs="eager" if self.eager else self._graph_mode())
+                          graphs="eager" if self.eager else self.graph_mode())
 
-    def _graph_mode(self) -> str:
+    def graph_mode(self) -> str:
         mode = self.llm.llm_engine.vllm_config.compilation_config.cudagraph_mode
         return str(getattr(mode, "name", mode)).lower()
 

@@ -26,16 +26,15 @@ def forced_argmax(lab, prompt: DAPrompt | list[int], tokens: list[int], *,
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
+    from da_lab.core.wire import extra_args
 
     if lab.has_unfinished():
         raise RuntimeError("forced_argmax needs an idle Lab: finish its requests first")
     if not tokens:
         return []
-    extra = {EXTRA_ID: request_id, EXTRA_DIRECTOR: [[0, [int(t) for t in tokens]]]}
+    extra = extra_args(request_id, prompt.layout if isinstance(prompt, DAPrompt) else None,
+                       [[0, [int(t) for t in tokens]]])
     ids = list(prompt.token_ids) if isinstance(prompt, DAPrompt) else list(prompt)
-    if isinstance(prompt, DAPrompt):
-        extra[EXTRA_LAYOUT] = prompt.layout.to_dict()
     params = SamplingParams(temperature=0.0, max_tokens=len(tokens), ignore_eos=True,
                             logprobs=1, output_kind=RequestOutputKind.DELTA, extra_args=extra)
     lab.engine.add_request(request_id, {"prompt_token_ids": ids}, params)

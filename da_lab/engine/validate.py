@@ -114,3 +114,24 @@ def check_request_id(da_id, requests: dict) -> None:
     r = requests.get(da_id)
     if r is not None and not r["finished"]:
         raise ValueError(f"request_id {da_id!r} is still running; abort it or pick another id")
+
+
+def precheck_model(path: str | Path) -> None:
+    """Refuse models the hook can't serve before paying for an engine start."""
+    cfg_file = Path(path) / "config.json"
+    if not cfg_file.exists():
+        raise FileNotFoundError(f"{path}: no config.json; --model takes a local Hugging Face "
+                                "model folder (nothing is downloaded)")
+    cfg = json.loads(cfg_file.read_text())
+    cfg = cfg.get("text_config", cfg)
+    name = Path(path).name
+    if cfg.get("kv_lora_rank") or cfg.get("q_lora_rank"):
+        raise ValueError(f"{name}: MLA attention (kv_lora_rank) is not supported by the DA hook")
+    sw = cfg.get("sliding_window")
+    # Qwen2 configs carry a sliding_window value but switch it off with use_sliding_window.
+    if sw and cfg.get("use_sliding_window", cfg.get("model_type") != "qwen2"):
+        raise ValueError(f"{name}: sliding window attention (sliding_window={sw}) is not "
+                         "supported by the DA hook: hidden blocks and the window would fight")
+    if len(set(cfg.get("layer_types") or ["full_attention"])) > 1:
+        raise ValueError(f"{name}: mixed layer types {sorted(set(cfg['layer_types']))} need "
+                         "several KV-cache groups, which the DA hook does not support")

@@ -81,7 +81,7 @@ def make_variant_model(model_path: str | Path, kind: str, dest: str | Path) -> P
 
 def _da_hook_verdict(folder: Path) -> str:
     """What the lab's own precheck says about this model (the DA hook's refusal, if any)."""
-    from da_lab.engine.lab import precheck_model
+    from da_lab.engine.validate import precheck_model
 
     try:
         precheck_model(folder)

@@ -36,7 +36,7 @@ class Counters:
     hook_buckets: list = field(default_factory=lambda: [0] * len(HOOK_BUCKETS_S))
 
     def add_step(self, log) -> None:
-        """One `HookStep` (one metadata build with DA requests)."""
+        """One hook `Step` (hook/step.py: one metadata build with DA requests)."""
         self.steps += 1
         s = log.hook_us * 1e-6
         self.hook_seconds_sum += s

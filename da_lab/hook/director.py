@@ -4,15 +4,15 @@ At a chosen output position the director makes the request's next sampled token 
 of a tag. The tag then sits in the model's own output stream and the hook traps it exactly like
 a model-written one: the director never changes the mode beside the stream.
 
-How: the hook overrides the sampler's output for that row (see `force` in metadata.py), on the
+How: the hook overrides the sampler's output for that row (`Step.after_sampling`), on the
 v1 and the V2 model runner alike. It is deliberately *not* a vLLM logits processor: on GPU
 vLLM 0.26 any custom logits processor silently moves the engine from the V2 to the v1 model
 runner, so a lab with scripted tags would no longer run the runner it asked for.
 
 Scripts arrive with the request (`SamplingParams.extra_args["da_director"]`, so they reach an
-engine core in another process) or, for an in-process engine, through the tracker's live
-scripts: `Lab.steer` calls `Tracker.steer` while the request runs, so a user's button ends up in
-the model's stream.
+engine core in another process) or, for an in-process engine, through the request book's live
+scripts: `Lab.steer` calls `RequestBook.steer` (through the session) while the request runs, so
+a user's button ends up in the model's stream.
 """
 
 from __future__ import annotations

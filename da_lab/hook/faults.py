@@ -1,7 +1,7 @@
 """Faults on purpose, for the isolation tests: with DA_LAB_FAULTS=1 in the engine's
 environment, a request whose da_id starts with `fault-<where>` makes the hook raise at
 <where> — the per-request decision (`decide`), the metadata edit (`build`), the sampler's
-follow-up (`sampling`), ending a request (`after_step`: `Tracker.end_guarded`, from the
+follow-up (`sampling`), ending a request (`after_step`: `RequestBook.end`, from the
 after-step or from the runner dropping a finished request first) or the worker method
 (`rpc`) — so a test can show, on the real engine, that the failure stays with the requests
 it touched. Unset (always, outside the tests), `check` is one environment lookup."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 
-from da_lab.hook.state import EXTRA_LAYOUT
+from da_lab.core.wire import EXTRA_LAYOUT
 
 
 def _cap(request, num_tokens: int) -> int:

@@ -1,6 +1,6 @@
-"""One DA request's state inside the worker (its layout, tag machine, decoded text, mask
-history, director script) and the decision of one step (`Decision`). Plain data: vLLM never
-appears here; `state.Tracker` keeps one `RequestState` per request and builds the decisions."""
+"""One DA request's state inside the worker: its layout, tag machine, decoded text, mask
+history, director script. Plain data: vLLM never appears here; `book.RequestBook` keeps one
+`RequestState` per request, `step.Step` reads and advances it once per step."""
 
 from __future__ import annotations
 
@@ -12,25 +12,6 @@ from da_lab.core.layout import Layout
 from da_lab.core.mask import kept_blocks, partially_kept
 from da_lab.core.tags import TagStream
 from da_lab.hook import director
-from da_lab.hook.context import HookStep
-
-
-@dataclass
-class Decision:
-    """What the hook does to one step: rows to compact (batch row, kept logical blocks), their
-    shortened seq_lens, and tokens the director forces into rows' samples."""
-    rows: list[int]
-    kepts: list[np.ndarray]
-    new_seq: np.ndarray | None          # full seq_lens array with masked rows shortened
-    forced: list[tuple[int, int]]       # (batch row, token id)
-    sampling: list[tuple[str, int]] = field(default_factory=list)  # DA rows sampling: (req, row)
-    step: int = -1
-    log: HookStep | None = None         # the step's records, completed by the builder wrapper
-    reqs: list[str] = field(default_factory=list)   # the step's DA requests (vLLM's ids)
-
-    @property
-    def masks(self) -> bool:
-        return bool(self.rows)
 
 
 @dataclass

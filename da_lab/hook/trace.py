@@ -9,8 +9,9 @@ trace like any other (`da_lab.trace.load`, `TraceSource`), read while it grows b
 What a worker can see, and so what a server trace holds, differs from a Lab's in three ways:
   - tokens: each request's part of a step carries the tokens the tag machine read at that step
     (sampled at the step before: the hook reads a step's samples when the next one starts);
-  - the KV map ("kv") comes from the worker's block tables: which request holds which physical
-    block; prefix-cache hashes live with the scheduler, in another process, so none are shown;
+  - the KV map ("kv") comes from the worker's block tables, read by the runner's adapter
+    (`RunnerView.blocks`, runners/v1.py, v2.py): which request holds which physical block;
+    prefix-cache hashes live with the scheduler, in another process, so none are shown;
   - requests without a layout are not in `requests` (the hook does not track them), though
     their blocks are in the KV map.
 """
@@ -21,8 +22,6 @@ import time
 from pathlib import Path
 
 from da_lab.core.record import StepRecord
-from da_lab.core.wire import EXTRA_ID
-from da_lab.hook.state import TRACKER
 
 
 def tp_rank() -> int:
@@ -34,30 +33,12 @@ def tp_rank() -> int:
         return 0
 
 
-def request_blocks(runner) -> dict[str, tuple[int, ...]]:
-    """{request name: physical block ids} of every request the runner holds (v1 runner: all of
-    them; V2 runner: the DA requests, from the hook's mirror of their rows)."""
-    reqs = getattr(runner, "requests", None)
-    out: dict[str, tuple[int, ...]] = {}
-    if isinstance(reqs, dict):
-        for req_id, rs in reqs.items():
-            sp = getattr(rs, "sampling_params", None)
-            name = str(((sp.extra_args if sp is not None else None) or {}).get(EXTRA_ID, req_id))
-            ids = rs.block_ids[0] if getattr(rs, "block_ids", None) else ()
-            out[name] = tuple(int(b) for b in ids)
-        return out
-    mirror = getattr(getattr(runner, "block_tables", None), "_da_rows", {})
-    index = getattr(getattr(runner, "req_states", None), "req_id_to_index", {})
-    for req_id, idx in index.items():
-        st = TRACKER.requests.get(req_id)
-        if st is not None and idx in mirror:
-            out[st.da_id] = tuple(int(b) for b in mirror[idx])
-    return out
-
-
 class ServerTrace:
-    def __init__(self, path: str | Path) -> None:
+    """Rank 0's trace of a server; handed the session's request book (hook/book.py)."""
+
+    def __init__(self, path: str | Path, book) -> None:
         self.path = Path(path)
+        self.book = book
         self.writer = None
         self._owners: dict[int, tuple[str, ...]] = {}
         self._seen: dict[str, tuple[int, int]] = {}    # da_id -> (tokens, text chars) written
@@ -65,27 +46,26 @@ class ServerTrace:
         self._t = time.perf_counter()
         self.step = 0
 
-    def _open(self, runner, block_size: int) -> None:
-        from da_lab.hook.runners.releases import engine_name
+    def _open(self, view, block_size: int) -> None:
         from da_lab.trace.format import header, provenance
         from da_lab.trace.process import ProcessTraceWriter
 
-        t = TRACKER
-        kv_cfg = getattr(runner, "kv_cache_config", None)
-        prov = provenance(vllm=engine_name(), device=t.device, model=t.tokenizer_path,
-                          runner=t.runner_class, backend=t.backend, block_size=block_size,
-                          num_blocks=int(getattr(kv_cfg, "num_blocks", 0) or 0),
-                          source="vllm serve")
+        f = self.book.facts
+        prov = provenance(vllm=f.vllm, device=f.device, model=f.tokenizer_path,
+                          runner=f.runner_class, backend=f.backend, block_size=block_size,
+                          num_blocks=view.num_blocks, source="vllm serve")
         # No skeleton and no initial KV map: the worker has neither at hand.
         self.writer = ProcessTraceWriter(self.path, header(prov))
 
-    def write(self, logs: list, warnings: list[dict], runner) -> None:
-        """One record of the step's hook `logs` and the `warnings` raised in it."""
+    def write(self, logs: list, warnings: list[dict], view) -> None:
+        """One record of the step's hook `logs` (hook/step.Step) and the `warnings` raised in
+        it; `view()` gives what the runner shows (runners/common.RunnerView)."""
+        view = view()
         reqs = [r for log in logs for r in log.requests]
         if self.writer is None:
-            self._open(runner, reqs[0].block_size)
+            self._open(view, reqs[0].block_size)
         now = time.perf_counter()
-        by_id = {st.da_id: st for st in TRACKER.requests.values()}
+        by_id = {st.da_id: st for st in self.book.requests.values()}
         added, outputs = [], []
         for r in reqs:
             st = by_id.get(r.req)
@@ -93,30 +73,27 @@ class ServerTrace:
                 continue
             if r.req not in self._added:
                 self._added.add(r.req)
-                added.append(self._added_entry(st, runner))
+                added.append(self._added_entry(st, view))
             n, c = self._seen.get(r.req, (0, 0))
             outputs.append((r.req, st.captured[n:st.n_seen], st.text[c:], False))
             self._seen[r.req] = (st.n_seen, len(st.text))
         rec = StepRecord.build(self.step, round(now - self._t, 6), logs, outputs, added,
-                               warnings, kv=self._kv(runner))
+                               warnings, kv=self._kv(view))
         self._t = now
         self.step += 1
         self.writer.write(rec)
 
-    @staticmethod
-    def _added_entry(st, runner) -> dict:
+    def _added_entry(self, st, view) -> dict:
         """What the Lab writes when it adds a request: prompt length, max_tokens (where the
         runner keeps SamplingParams: v1), layout, the director's tags as text."""
-        rs = (getattr(runner, "requests", None) or {}).get(st.req_id)
-        sp = getattr(rs, "sampling_params", None)
-        tok = TRACKER._tok()
+        tok = self.book.tokenizer_now()
         return {"req": st.da_id, "prompt_len": st.prompt_len,
-                "max_tokens": getattr(sp, "max_tokens", None), "layout": st.layout.to_dict(),
+                "max_tokens": view.max_tokens(st.req_id), "layout": st.layout.to_dict(),
                 "tags": [[at, tok.decode(ids)] for at, ids in st.script]}
 
-    def _kv(self, runner) -> dict:
+    def _kv(self, view) -> dict:
         owners: dict[int, list[str]] = {}
-        for name, ids in request_blocks(runner).items():
+        for name, ids in view.blocks().items():
             for b in ids:
                 owners.setdefault(b, []).append(name)
         now = {b: tuple(sorted(v)) for b, v in owners.items()}

@@ -68,14 +68,14 @@ def header(prov: dict, skeleton: dict | None = None, initial_kv: dict | None = N
 # small helpers
 
 
-def _oneline(exc: BaseException, limit: int = 160) -> str:
+def oneline(exc: BaseException, limit: int = 160) -> str:
     """An exception's message reduced to one short line (Arrow messages span many)."""
     text = str(exc).strip()
     text = text.splitlines()[0] if text else type(exc).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _format_of(path: Path) -> str:
+def format_of(path: Path) -> str:
     name = path.name.lower()
     for ext in _FORMATS:
         if name.endswith(ext):
@@ -93,7 +93,7 @@ def check_regular(p: Path) -> None:
     except FileNotFoundError:
         raise TraceError(f"{p}: no such file") from None
     except OSError as e:
-        raise TraceError(f"{p}: cannot open ({_oneline(e)})") from None
+        raise TraceError(f"{p}: cannot open ({oneline(e)})") from None
     if stat.S_ISDIR(mode):
         raise TraceError(f"{p}: is a directory, not a trace file")
     if not stat.S_ISREG(mode):
@@ -105,11 +105,11 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)  # JSON true is not a step number
 
 
-def _plural(n: int) -> str:
+def records_text(n: int) -> str:
     return f"{n} record" if n == 1 else f"{n} records"
 
 
-def _check_header(where: str, header: Any, origin: str = "header") -> dict:
+def check_header(where: str, header: Any, origin: str = "header") -> dict:
     if not isinstance(header, dict) or header.get("kind") != KIND:
         raise TraceError(f'{where}: not a da_lab trace ({origin} has no "kind": "{KIND}")')
     schema = header.get("schema")
@@ -129,7 +129,7 @@ def _check_header(where: str, header: Any, origin: str = "header") -> dict:
     return header
 
 
-def _check_record(where: str, i: int, rec: Any) -> dict:
+def check_record(where: str, i: int, rec: Any) -> dict:
     if not isinstance(rec, dict):
         raise TraceError(f"{where}: record {i} is a JSON {type(rec).__name__}, not an object")
     if not _is_int(rec.get("step")):
@@ -148,8 +148,8 @@ def check_writable(path: Path, i: int, record: Any) -> None:
     """Refuse now what load() would refuse later (the JSON encoding itself is checked when
     the record is encoded). `record`: a StepRecord or its JSON dict."""
     step = record.step if isinstance(record, StepRecord) else \
-        _check_record(str(path), i, record)["step"]
-    _format_of(path)
+        check_record(str(path), i, record)["step"]
+    format_of(path)
     if not 0 <= step <= MAX_STEP:       # load() refuses it (and MAX_STEP fits parquet's int64)
         raise TraceError(f"{path}: record {i}: step {step} is outside 0..{MAX_STEP}")
     if not isinstance(record, StepRecord):
@@ -166,13 +166,13 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"{type(o).__name__} is not JSON-serializable")
 
 
-def _dumps(obj: Any) -> str:
+def compact_json(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), default=_json_default)
 
 
 
 
-def _pyarrow(p: Path):
+def pyarrow_for(p: Path):
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq

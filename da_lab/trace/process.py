@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from da_lab.core.record import StepRecord
-from da_lab.trace.format import ROW_GROUP_SIZE, TraceError, _dumps, _format_of, check_writable
+from da_lab.trace.format import ROW_GROUP_SIZE, TraceError, check_writable, compact_json, format_of
 from da_lab.trace.writer import TraceWriter
 
 __all__ = ["ProcessTraceWriter", "ArrayReuseEncoder"]
@@ -49,7 +49,7 @@ class ProcessTraceWriter:
     def __init__(self, path, header: dict, *, row_group_size: int = ROW_GROUP_SIZE,
                  max_pending: int = 16) -> None:
         self.path = Path(path)
-        _format_of(self.path)                   # an unknown format fails here, not in the child
+        format_of(self.path)                   # an unknown format fails here, not in the child
         if not isinstance(header, dict):
             raise TraceError(f"{self.path}: header must be a dict, got {type(header).__name__}")
         self.count = 0
@@ -235,7 +235,7 @@ def _sendable(e: BaseException) -> BaseException:
 
 # ---- encoding --------------------------------------------------------------------------------
 class ArrayReuseEncoder:
-    """`_dumps(record)`, exactly, for records holding numpy arrays (the hook's block rows),
+    """`compact_json(record)`, exactly, for records holding numpy arrays (the hook's block rows),
     faster when arrays repeat: from one step to the next a request's staged row only grows by
     a block every block_size tokens, and its kept blocks change only with its directive. Each
     distinct array is encoded once and reused while it keeps appearing.
@@ -260,7 +260,7 @@ class ArrayReuseEncoder:
             for k, v in d.items():
                 if isinstance(v, np.ndarray) and not v.dtype.hasobject:
                     key = (v.dtype.str, v.shape, v.tobytes())
-                    text = used.get(key) or self._known.get(key) or _dumps(v.tolist())
+                    text = used.get(key) or self._known.get(key) or compact_json(v.tolist())
                     used[key] = text
                     out[k] = f"{self._tag}{len(texts)}"
                     texts.append(text)
@@ -273,7 +273,7 @@ class ArrayReuseEncoder:
             rec["requests"] = [swap(r) for r in rec["requests"]]
         if "metadata" in rec:
             rec["metadata"] = swap(rec["metadata"])
-        line = _dumps(rec)
+        line = compact_json(rec)
         self._known = used
         return self._find.sub(lambda m: texts[int(m.group(1))], line) if texts else line
 

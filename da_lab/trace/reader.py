@@ -17,13 +17,13 @@ from da_lab.trace.format import (
     MAX_LINE_BYTES,
     PARQUET_KEY,
     TraceError,
-    _check_header,
-    _check_record,
-    _format_of,
-    _oneline,
-    _plural,
-    _pyarrow,
+    check_header,
+    check_record,
     check_regular,
+    format_of,
+    oneline,
+    pyarrow_for,
+    records_text,
 )
 
 __all__ = ["Trace", "apply_kv_changes", "load"]
@@ -144,7 +144,7 @@ def load(path) -> Trace:
         problem = e
     if problem is not None and "no such file" not in str(problem):
         raise problem
-    fmt = _format_of(p)     # ...but a missing file with a wrong name: the name comes first
+    fmt = format_of(p)     # ...but a missing file with a wrong name: the name comes first
     if problem is not None:
         raise problem
     try:
@@ -156,7 +156,7 @@ def load(path) -> Trace:
     except PermissionError:
         raise TraceError(f"{p}: permission denied") from None
     except OSError as e:
-        raise TraceError(f"{p}: cannot open ({_oneline(e)})") from None
+        raise TraceError(f"{p}: cannot open ({oneline(e)})") from None
     with fh:
         if fmt == ".jsonl.gz":
             return _load_jsonl(p, fh)
@@ -217,14 +217,14 @@ def _load_jsonl(p: Path, fh) -> Trace:
         except UnicodeDecodeError:
             what = "not UTF-8 text"
         except json.JSONDecodeError as e:
-            what = f"not JSON ({_oneline(e)})"
+            what = f"not JSON ({oneline(e)})"
         except RecursionError:
             what = "nested too deeply"
         except ValueError as e:     # e.g. an integer of more digits than Python converts
-            what = f"not JSON ({_oneline(e)})"
+            what = f"not JSON ({oneline(e)})"
         if header is None:
             raise TraceError(f"{p}: not a da_lab trace (first line is {what})")
-        raise TraceError(f"{p}: line {n} is {what}, after {_plural(len(records))}")
+        raise TraceError(f"{p}: line {n} is {what}, after {records_text(len(records))}")
 
     try:
         with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
@@ -232,38 +232,38 @@ def _load_jsonl(p: Path, fh) -> Trace:
                 n, raw = item            # parse() names line n
                 obj = parse(raw)
                 if header is None:
-                    header = _check_header(str(p), obj, "first line")
+                    header = check_header(str(p), obj, "first line")
                 else:
-                    _check_record(str(p), len(records), obj)
+                    check_record(str(p), len(records), obj)
                     records.append(_typed(p, len(records), obj, header["schema"]))
     except EOFError:
         if header is None:
             raise TraceError(f"{p}: truncated (gzip stream ended before the header line)") from None
         raise TraceError(f"{p}: truncated (gzip stream ended early after "
-                         f"{_plural(len(records))})") from None
+                         f"{records_text(len(records))})") from None
     except gzip.BadGzipFile as e:
         if n == 0 and not records and str(e).startswith("Not a gzipped file"):
             raise TraceError(f"{p}: not a gzip file (a .jsonl.gz trace is gzip-compressed "
                              "JSON lines)") from None
-        raise TraceError(f"{p}: corrupt gzip data after {_plural(len(records))} "
-                         f"({_oneline(e)})") from None
+        raise TraceError(f"{p}: corrupt gzip data after {records_text(len(records))} "
+                         f"({oneline(e)})") from None
     except (zlib.error, OSError) as e:
-        raise TraceError(f"{p}: corrupt gzip data after {_plural(len(records))} "
-                         f"({_oneline(e)})") from None
+        raise TraceError(f"{p}: corrupt gzip data after {records_text(len(records))} "
+                         f"({oneline(e)})") from None
     if header is None:
         raise TraceError(f"{p}: empty file (no header line)")
     return Trace(header, records)
 
 
 def _load_parquet(p: Path, fh) -> Trace:
-    pa, pq = _pyarrow(p)
+    pa, pq = pyarrow_for(p)
     try:
         pf = pq.ParquetFile(fh)
         meta = pf.metadata.metadata or {}
         names = pf.schema_arrow.names
     except Exception as e:  # Arrow raises many types (ArrowInvalid, OSError, ...) for bad files
         raise TraceError(f"{p}: not a readable Parquet file, truncated or corrupt "
-                         f"({_oneline(e)})") from None
+                         f"({oneline(e)})") from None
     raw = meta.get(PARQUET_KEY)
     if raw is None:
         raise TraceError(f'{p}: not a da_lab trace (no "da_lab.trace" header in the Parquet '
@@ -272,8 +272,8 @@ def _load_parquet(p: Path, fh) -> Trace:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise TraceError(f"{p}: header in the Parquet metadata is not JSON "
-                         f"({_oneline(e)})") from None
-    _check_header(str(p), header, "Parquet header")
+                         f"({oneline(e)})") from None
+    check_header(str(p), header, "Parquet header")
     for col in ("step", "record"):
         if col not in names:
             raise TraceError(f'{p}: not a da_lab trace (no "{col}" column)')
@@ -285,8 +285,8 @@ def _load_parquet(p: Path, fh) -> Trace:
             steps = table.column("step").to_pylist()
             rows = table.column("record").to_pylist()
         except Exception as e:
-            raise TraceError(f"{p}: corrupt row group {g} after {_plural(len(records))} "
-                             f"({_oneline(e)})") from None
+            raise TraceError(f"{p}: corrupt row group {g} after {records_text(len(records))} "
+                             f"({oneline(e)})") from None
         for step, row in zip(steps, rows, strict=True):
             i = len(records)
             if not isinstance(row, str):
@@ -294,8 +294,8 @@ def _load_parquet(p: Path, fh) -> Trace:
             try:
                 rec = json.loads(row)
             except (json.JSONDecodeError, RecursionError) as e:
-                raise TraceError(f"{p}: record {i} is not JSON ({_oneline(e)})") from None
-            _check_record(str(p), i, rec)
+                raise TraceError(f"{p}: record {i} is not JSON ({oneline(e)})") from None
+            check_record(str(p), i, rec)
             if rec["step"] != step:
                 raise TraceError(f'{p}: record {i}: "step" column says {step} but the record '
                                  f"says {rec['step']}")

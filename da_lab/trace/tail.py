@@ -18,17 +18,17 @@ from pathlib import Path
 from da_lab.core.record import StepRecord
 from da_lab.trace.format import (
     TraceError,
-    _check_header,
-    _check_record,
-    _format_of,
+    check_header,
+    check_record,
     check_regular,
+    format_of,
 )
 
 
 class TraceTail:
     def __init__(self, path) -> None:
         self.path = Path(path)
-        if _format_of(self.path) != ".jsonl.gz":
+        if format_of(self.path) != ".jsonl.gz":
             raise TraceError(f"{self.path}: only .jsonl.gz traces can be followed while they "
                              "grow (a .parquet file is readable once closed)")
         self.header: dict | None = None
@@ -49,11 +49,11 @@ class TraceTail:
                 raise TraceError(f"{self.path}: line {n + 1} is not JSON") from None
             if n == 0:
                 if self.header is None:
-                    self.header = _check_header(str(self.path), obj, "first line")
+                    self.header = check_header(str(self.path), obj, "first line")
                 continue
             if n - 1 < self.count:
                 continue
-            _check_record(str(self.path), n - 1, obj)
+            check_record(str(self.path), n - 1, obj)
             out.append(StepRecord.from_json(obj, self.header["schema"]))
         self.count += len(out)
         self.ended = ended

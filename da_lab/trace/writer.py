@@ -14,11 +14,11 @@ from da_lab.trace.format import (
     PARQUET_KEY,
     ROW_GROUP_SIZE,
     TraceError,
-    _check_header,
-    _dumps,
-    _format_of,
-    _pyarrow,
+    check_header,
     check_writable,
+    compact_json,
+    format_of,
+    pyarrow_for,
 )
 
 __all__ = ["TraceWriter", "save"]
@@ -29,12 +29,12 @@ class TraceWriter:
 
     def __init__(self, path, header: dict, *, row_group_size: int = ROW_GROUP_SIZE):
         self.path = Path(path)
-        self._fmt = _format_of(self.path)
+        self._fmt = format_of(self.path)
         if not isinstance(header, dict):
             raise TraceError(f"{self.path}: header must be a dict, got {type(header).__name__}")
-        self.header = _check_header(str(self.path), {"kind": KIND, "schema": fmt.SCHEMA, **header})
+        self.header = check_header(str(self.path), {"kind": KIND, "schema": fmt.SCHEMA, **header})
         try:
-            header_json = _dumps(self.header)
+            header_json = compact_json(self.header)
         except (TypeError, ValueError) as e:
             raise TraceError(f"{self.path}: header is not JSON-serializable ({e})") from None
         self.count = 0
@@ -50,7 +50,7 @@ class TraceWriter:
             self._gz.write(header_json.encode() + b"\n")
             self._gz.flush()
         else:
-            pa, pq = _pyarrow(self.path)
+            pa, pq = pyarrow_for(self.path)
             self._schema = pa.schema([("step", pa.int64()), ("record", pa.string())],
                                      metadata={PARQUET_KEY: header_json.encode()})
             # No dictionary encoding: every record string is distinct, and trying to
@@ -85,7 +85,7 @@ class TraceWriter:
         self.count += 1
 
     def _encode(self, record: dict) -> str:
-        return _dumps(record)
+        return compact_json(record)
 
     def _flush_rows(self) -> None:
         if not self._rows:
@@ -120,8 +120,8 @@ def save(path, header: dict, records: list) -> Path:
     """Write a whole trace at once. Goes through a temporary file so a failure mid-way never
     leaves a half-written trace (or destroys an older one) at `path`."""
     path = Path(path)
-    _format_of(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp{_format_of(path)}")
+    format_of(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp{format_of(path)}")
     try:
         with TraceWriter(tmp, header) as w:
             for rec in records:

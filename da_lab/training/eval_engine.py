@@ -71,7 +71,7 @@ def run_batch(lab, runs: list[Run], max_tokens: int) -> dict[str, RunOut]:
     """Generate every run greedily until end of sequence (or max_tokens); {key: RunOut}."""
     from vllm import SamplingParams
 
-    from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
+    from da_lab.core.wire import extra_args
     from da_lab.engine.access import output_kind
 
     if lab.has_unfinished():
@@ -83,9 +83,7 @@ def run_batch(lab, runs: list[Run], max_tokens: int) -> dict[str, RunOut]:
         da_id = f"eval-{stamp}-{k}"
         extra = None
         if run.layout is not None:
-            extra = {EXTRA_ID: da_id, EXTRA_LAYOUT: run.layout}
-            if run.script:
-                extra[EXTRA_DIRECTOR] = run.script
+            extra = extra_args(da_id, run.layout, run.script or None)
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens,
                                 output_kind=output_kind("FINAL_ONLY"), extra_args=extra)
         lab.engine.add_request(da_id, {"prompt_token_ids": list(run.prompt_ids)}, params)

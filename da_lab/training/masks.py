@@ -17,7 +17,7 @@ def hook_history(layout: Layout, tags, n_tokens: int,
     `n_tokens` positions of prompt + response.
 
     Entries are (first query position, seq_len, kept logical blocks or None = all), exactly as
-    `hook.state.RequestState.mask_history`: the prefill is one entry under GLOBAL; then the
+    `hook.request.RequestState.mask_history`: the prefill is one entry under GLOBAL; then the
     step whose query is output k (position prompt_len + k) decides with the last tag closed in
     outputs[0..k] (the hook feeds a step's own input token to the tag machine before deciding).
     """

@@ -41,7 +41,7 @@ from da_lab.training import nl_values as V
 from da_lab.training.nl_docs import document
 from da_lab.training.nl_domains import multi_forms, possessive, question_forms
 from da_lab.training.nl_local import local_question
-from da_lab.training.task import HELDOUT, TRAIN, Sample, _pick_kind, rng_for
+from da_lab.training.task import HELDOUT, TRAIN, Sample, pick_kind, rng_for
 
 __all__ = ["TRAIN", "HELDOUT", "EVAL_SEED", "TRAIN_MIX", "make_sample", "sample", "held_out",
            "domains"]
@@ -173,7 +173,7 @@ def make_sample(rng, *, heldout: bool = False, split: str = "train", kind: str |
     doms = domains(split)
     n, budget = _size(rng, n_chunks, context)
     p_local, p_multi = mix or (P_LOCAL, P_MULTI)
-    kind = _pick_kind(rng, kind, n, p_local, p_multi)     # the records task's rule
+    kind = pick_kind(rng, kind, n, p_local, p_multi)     # the records task's rule
     targets = {"local": 0, "single": 1, "multi": 2}[kind]
     asked = V.pick(rng, doms) if targets else None
     attr = V.pick(rng, asked.attrs).key if targets else None

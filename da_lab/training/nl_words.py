@@ -124,7 +124,3 @@ LOCAL_SUM = ("What is {x} plus {y}?", "{x} plus {y} is {v}.")
 def split(pool: tuple[str, ...], heldout: bool) -> tuple[str, ...]:
     """Every third item is held out; the rest are for training (disjoint by construction)."""
     return tuple(w for i, w in enumerate(pool) if (i % 3 == 2) == heldout)
-
-
-def article(word: str) -> str:
-    return "an" if word[0].lower() in "aeiou" else "a"

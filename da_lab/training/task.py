@@ -287,7 +287,7 @@ def _drill(rng: np.random.Generator, recs: _Records, tok: Tokens, asked: set[int
         loss += [True] * len(a_ids)
 
 
-def _pick_kind(rng: np.random.Generator, kind: str | None, n_chunks: int, p_local: float,
+def pick_kind(rng: np.random.Generator, kind: str | None, n_chunks: int, p_local: float,
                p_multi: float) -> str:
     if kind is None:
         u = rng.random()
@@ -312,7 +312,7 @@ def make_sample(rng: np.random.Generator, *, n_chunks: int = N_CHUNKS,
     n_rec = n_chunks * records_per_chunk
     if n_chunks < 1 or records_per_chunk < 1 or n_rec > len(KEY_WORDS):
         raise ValueError(f"a task needs 1..{len(KEY_WORDS)} records in at least one chunk")
-    kind = _pick_kind(rng, kind, n_chunks, p_local, p_multi)
+    kind = pick_kind(rng, kind, n_chunks, p_local, p_multi)
     # Distinct keys (indices into KEY_WORDS) and values (indices into NUMBERS) for each record.
     keys = [int(k) for k in rng.choice(len(KEY_WORDS), size=n_rec, replace=False)]
     values = [int(v) for v in rng.integers(0, len(NUMBERS), size=n_rec)]

@@ -1,11 +1,11 @@
 """How the DA edit treats every field of vLLM's CommonAttentionMetadata, per release.
 
-The edit (metadata.apply) hands the builder a copy whose read path covers only the kept blocks.
-Any field derived from seq_lens must follow, or a backend plans its kernels from the committed row.
-So every field is classified here, and the static test (tests/test_vllm_manifests.py) checks
-that the classified set equals each release's dataclass fields: a field vLLM adds is a failing
-test until someone decides what it means for DA. At runtime `live.check_cm_fields` compares the
-same set with the installed class.
+The edit (metadata.apply, through Step.apply) hands the builder a copy whose read path covers
+only the kept blocks. Any field derived from seq_lens must follow, or a backend plans its
+kernels from the committed row. So every field is classified here, and the static test
+(tests/test_vllm_manifests.py) checks that the classified set equals each release's dataclass
+fields: a field vLLM adds is a failing test until someone decides what it means for DA. At
+runtime `live.check_cm_fields` compares the same set with the installed class.
 """
 
 from __future__ import annotations

@@ -1,21 +1,22 @@
 """What both model-runner adapters (v1.py, v2.py) share: the checks every release needs when
-the plugin loads (`install`), the start-up refusals, recording which runner and backend serve
-the engine, and the method wrappers that are identical on both."""
+the plugin loads (`install`), the start-up refusals, the engine's facts (which runner, backend,
+tokenizer serve it), the builder's wrapper and the method wrappers that are identical on both.
+The wrappers only hand vLLM's objects to the session (hook/session.py), which runs the step."""
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
-from da_lab.hook import context, metadata, sampled
 from da_lab.hook.errors import DAUnsupported
-from da_lab.hook.runners import cm_fields, live
+from da_lab.hook.facts import EngineFacts
+from da_lab.hook.runners import cm_fields, live, releases
 from da_lab.hook.runners.needs import BUILDER, need, needs_for
-from da_lab.hook.service import SERVICE
-from da_lab.hook.state import TRACKER
+from da_lab.hook.session import SESSION
 
 __all__ = ["DAUnsupported", "install", "check_specs", "check_groups", "check_kernel_blocks",
-           "note_runner", "patch_methods", "begin_step", "wrap_execute_model",
-           "wrap_get_kv_cache_spec", "wrap_initialize_kv_cache"]
+           "note_runner", "patch_methods", "patch_builder_class", "RunnerView",
+           "wrap_execute_model", "wrap_get_kv_cache_spec", "wrap_initialize_kv_cache"]
 
 _BUILD = need(BUILDER + ".build")
 
@@ -30,7 +31,7 @@ def install(version: str) -> None:
                "shared")
     fields = cm_fields.fields_for(version)
     live.check_cm_fields(CommonAttentionMetadata, fields)
-    metadata.use_fields({k: (how, cm_fields.FIELDS[k][2]) for k, how in fields.items()})
+    SESSION.use_fields({k: (how, cm_fields.FIELDS[k][2]) for k, how in fields.items()})
 
 
 def check_specs(vllm_config, specs: dict) -> None:
@@ -85,38 +86,58 @@ def check_kernel_blocks(group, builder) -> None:
 
 
 def note_runner(runner, attn_groups) -> None:
-    """After initialize_kv_cache: who runs, and patch every attention backend's builder."""
-    TRACKER.runner_class = f"{type(runner).__module__}.{type(runner).__qualname__}"
-    TRACKER.tokenizer_path = runner.model_config.tokenizer
-    TRACKER.device = runner.device.type
-    TRACKER.model_vocab_size = runner.model_config.get_vocab_size()
+    """After initialize_kv_cache: what the runner tells us (EngineFacts, once), and patch every
+    attention backend's builder."""
+    backends = [g.backend.get_name() for groups in attn_groups for g in groups]
     sched = getattr(getattr(runner, "vllm_config", None), "scheduler_config", None)
-    TRACKER.token_lag = 1 if getattr(sched, "async_scheduling", False) else 0
+    SESSION.learn(EngineFacts(
+        vllm=releases.engine_name(),
+        runner_class=f"{type(runner).__module__}.{type(runner).__qualname__}",
+        device=runner.device.type, backend=backends[-1] if backends else "",
+        tokenizer_path=runner.model_config.tokenizer,
+        vocab_size=runner.model_config.get_vocab_size(),
+        token_lag=1 if getattr(sched, "async_scheduling", False) else 0))
     for groups in attn_groups:
         for g in groups:
             builder = g.get_metadata_builder()
             check_kernel_blocks(g, builder)
-            TRACKER.backend = g.backend.get_name()
-            metadata.patch_builder_class(type(builder))
+            patch_builder_class(type(builder))
 
 
-def begin_step(decide, *args):
-    """A model-runner step with real requests starts: advance the hook's step, decide, and make
-    the decision this thread's step context for the builder and sampler wrappers."""
-    try:
-        # Before the step advances: drain reads the tokens of steps up to token_lag before the
-        # one that starts (run after it, it would wait on the step still on the GPU each step).
-        sampled.drain()
-    except Exception as e:   # noqa: BLE001 - a hook bug turns DA off, never the engine
-        TRACKER.hook_error("reading the sampled tokens", e)
-    TRACKER.begin_step()
-    try:
-        d = decide(*args)
-    except Exception as e:   # noqa: BLE001 - a hook bug turns DA off, never the engine
-        TRACKER.hook_error("the step's decision", e)
-        d = None
-    context.current().begin(d, d.log if d is not None else None)
-    return d
+def patch_builder_class(cls) -> None:
+    """Wrap a backend's `build` (the DA edit: Session.build) and `update_block_table` (which
+    would bypass it: refused while a step edits)."""
+    if getattr(cls.build, "_da_wrapped", False):
+        return
+    orig = cls.build
+
+    @functools.wraps(orig)
+    def build(self, common_prefix_len, common_attn_metadata, *args, **kwargs):
+        cm = SESSION.build(common_prefix_len, common_attn_metadata)
+        return orig(self, common_prefix_len, cm, *args, **kwargs)
+
+    build._da_wrapped = True
+    cls.build = build
+    if hasattr(cls, "update_block_table"):
+        orig_ubt = cls.update_block_table
+
+        @functools.wraps(orig_ubt)
+        def update_block_table(self, *args, **kwargs):
+            if SESSION.editing():
+                raise DAUnsupported("update_block_table reuses metadata across KV-cache groups, "
+                                    "bypassing the DA edit; the hook serves one group only")
+            return orig_ubt(self, *args, **kwargs)
+
+        cls.update_block_table = update_block_table
+
+
+@dataclass(frozen=True)
+class RunnerView:
+    """What a server's trace reads off the runner (hook/trace.py), each adapter its own way:
+    `blocks()` {request name: physical block ids}, `max_tokens(req_id)`, `num_blocks`."""
+    blocks: object
+    max_tokens: object
+    num_blocks: int
 
 
 def wrap_get_kv_cache_spec(orig):
@@ -126,7 +147,7 @@ def wrap_get_kv_cache_spec(orig):
         try:
             check_specs(self.vllm_config, specs)
         except DAUnsupported as e:
-            SERVICE.refuse_or_raise(e)      # a server starts anyway, with DA off
+            SESSION.refuse_model(e)         # a server starts anyway, with DA off
         return specs
     return get_kv_cache_spec
 
@@ -137,30 +158,30 @@ def wrap_initialize_kv_cache(orig):
         try:
             check_groups(self.vllm_config, kv_cache_config)
         except DAUnsupported as e:
-            SERVICE.refuse_or_raise(e)
+            SESSION.refuse_model(e)
         out = orig(self, kv_cache_config, *args, **kwargs)
         try:
             note_runner(self, self.attn_groups)
         except DAUnsupported as e:
-            SERVICE.refuse_or_raise(e)
+            SESSION.refuse_model(e)
         return out
     return initialize_kv_cache
 
 
-def wrap_execute_model(orig):
-    """The step's decision ends with its forward; the runner's seq_lens are put back. In a
-    server the hook then looks after its own records (service.py)."""
-    @functools.wraps(orig)
-    def execute_model(self, *args, **kwargs):
-        try:
-            return orig(self, *args, **kwargs)
-        finally:
-            ctx = context.current()
-            ctx.decision, ctx.log = None, None
-            metadata.restore_after_forward()
-            if SERVICE.on and not ctx.dummy:
-                SERVICE.after_step(args[0] if args else kwargs.get("scheduler_output"), self)
-    return execute_model
+def wrap_execute_model(view):
+    """The step's edit ends with its forward: the runner's seq_lens are put back. In a server
+    the hook then looks after its own records (service.py), reading the runner through
+    `view(runner)` (a RunnerView)."""
+    def wrap(orig):
+        @functools.wraps(orig)
+        def execute_model(self, *args, **kwargs):
+            try:
+                return orig(self, *args, **kwargs)
+            finally:
+                SESSION.end_step(args[0] if args else kwargs.get("scheduler_output"),
+                                 lambda: view(self))
+        return execute_model
+    return wrap
 
 
 def patch_methods(cls, wraps) -> None:

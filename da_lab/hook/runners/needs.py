@@ -149,7 +149,8 @@ NEEDS: tuple[Need, ...] = (
     _n("engine", "vllm.model_executor.layers.attention:Attention", "class"),
     _n("engine", "vllm.model_executor.layers.linear:LinearBase", "class"),
     _n("engine", "vllm.model_executor.custom_op:CustomOp", "class"),
-    _n("engine", "vllm.v1.core.kv_cache_utils:KVCacheBlock", "class"),
+    _n("engine", "vllm.v1.core.kv_cache_utils:KVCacheBlock", "class",
+       why="engine/kvmap.py reads the pool's blocks (block_id, block_hash, is_null)"),
     _n("engine", "vllm.distributed.parallel_state:get_tp_group"),
     _n("engine", "vllm.sampling_params:RequestOutputKind", "class"),
 )

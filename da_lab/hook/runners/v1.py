@@ -21,11 +21,11 @@ import functools
 
 import numpy as np
 
-from da_lab.hook import context, sampled
+from da_lab.core.wire import EXTRA_ID, EXTRA_LAYOUT
 from da_lab.hook.errors import DAUnsupported
 from da_lab.hook.runners import live
 from da_lab.hook.runners.common import (
-    begin_step,
+    RunnerView,
     patch_methods,
     wrap_execute_model,
     wrap_get_kv_cache_spec,
@@ -33,7 +33,8 @@ from da_lab.hook.runners.common import (
 )
 from da_lab.hook.runners.needs import V1, need, needs_for
 from da_lab.hook.runners.releases import supported_range
-from da_lab.hook.state import EXTRA_LAYOUT, TRACKER
+from da_lab.hook.session import SESSION
+from da_lab.hook.step import Step
 
 # The keywords the real step passes to _build_attention_metadata (needs.py checks every call).
 _STEP_KEYWORDS = need(V1 + "._build_attention_metadata").accepts
@@ -45,28 +46,31 @@ def _unknown_call(what: str) -> DAUnsupported:
         f"vLLM {supported_range()}, and would otherwise leave DA off silently")
 
 
-def _decide(runner, num_reqs: int, num_scheduled_tokens: dict[str, int]):
+def _decide(step: Step, runner, num_reqs: int, num_scheduled_tokens: dict[str, int]) -> None:
+    """Begin `step` with this step's batch: its DA requests, their sampled tokens, rows and
+    lengths, read off the v1 runner."""
+    book = step.book
     ib = runner.input_batch
     req_ids = ib.req_ids[:num_reqs]
-    TRACKER.drop_missing(runner.requests)
-    if not TRACKER.requests and not any(_extra(runner.requests[r]) for r in req_ids):
-        return None
+    book.forget_absent(runner.requests)
+    if not book.requests and not any(_extra(runner.requests[r]) for r in req_ids):
+        return
     outputs, extra = [], []
     for req_id in req_ids:
         rs = runner.requests[req_id]
-        ex = None if req_id in TRACKER.requests else _extra(rs)
+        ex = None if req_id in book.requests else _extra(rs)
         if ex is not None:    # first sight: build its state, checked against the real prompt
             n = len(rs.prompt_token_ids) if rs.prompt_token_ids is not None else None
-            ex = None if TRACKER.track(req_id, ex, n) is None else ex
-        known = req_id in TRACKER.requests
+            ex = None if book.track(req_id, ex, n) is None else ex
+        known = req_id in book.requests
         extra.append(ex)
-        # The hook's own copy of the sampled tokens (sampled.after_sampling): the runner's
+        # The hook's own copy of the sampled tokens (Step.after_sampling): the runner's
         # output_token_ids are -1 placeholders under async scheduling.
-        outputs.append(TRACKER.requests[req_id].captured if known else ([] if ex else None))
+        outputs.append(book.requests[req_id].captured if known else ([] if ex else None))
     seq = runner.optimistic_seq_lens_cpu[:num_reqs].numpy()
     q = np.fromiter((num_scheduled_tokens[r] for r in req_ids), dtype=np.int64, count=num_reqs)
     staged = ib.block_table[0].get_numpy_array()
-    return TRACKER.rewrite(req_ids, outputs, extra, staged.__getitem__, seq, q)
+    step.begin(req_ids, outputs, extra, staged.__getitem__, seq, q)
 
 
 def _extra(req_state):
@@ -78,17 +82,16 @@ def _extra(req_state):
 def _wrap_build_attention_metadata(orig):
     @functools.wraps(orig)
     def _build_attention_metadata(self, *args, **kwargs):
-        ctx = context.current()
-        if ctx.dummy:            # profile/warm-up/graph-capture rows: nothing to steer
+        if SESSION.in_dummy_run():   # profile/warm-up/graph-capture rows: nothing to steer
             return orig(self, *args, **kwargs)
         if args or any(kwargs.get(k) is None for k in _STEP_KEYWORDS):
             raise _unknown_call("_build_attention_metadata was called without num_reqs= and "
                                 "num_scheduled_tokens= outside a dummy run")
-        begin_step(_decide, self, kwargs["num_reqs"], kwargs["num_scheduled_tokens"])
+        SESSION.begin_step(_decide, self, kwargs["num_reqs"], kwargs["num_scheduled_tokens"])
         try:
             return orig(self, *args, **kwargs)
         finally:
-            ctx.end_build()
+            SESSION.end_build()
     return _build_attention_metadata
 
 
@@ -96,12 +99,11 @@ def _wrap_dummy_run(orig):
     """Dummy runs build metadata for made-up rows: the builder wrapper must leave them alone."""
     @functools.wraps(orig)
     def _dummy_run(self, *args, **kwargs):
-        ctx = context.current()
-        ctx.dummy += 1
+        SESSION.dummy_run(+1)
         try:
             return orig(self, *args, **kwargs)
         finally:
-            ctx.dummy -= 1
+            SESSION.dummy_run(-1)
     return _dummy_run
 
 
@@ -109,17 +111,40 @@ def _wrap_sample(orig):
     @functools.wraps(orig)
     def _sample(self, *args, **kwargs):
         out = orig(self, *args, **kwargs)
-        ctx = context.current()
-        sampled.after_sampling(out.sampled_token_ids, ctx.force)
-        ctx.force = None
+        SESSION.after_sampling(out.sampled_token_ids)
         return out
     return _sample
+
+
+def request_blocks(runner) -> dict[str, tuple[int, ...]]:
+    """{request name: physical block ids} of every request the v1 runner holds. block_ids and
+    kv_cache_config are not in needs.py (no manifest records them yet): read defensively, a
+    trace's KV map goes empty rather than the server failing."""
+    out: dict[str, tuple[int, ...]] = {}
+    for req_id, rs in runner.requests.items():
+        sp = rs.sampling_params
+        name = str(((sp.extra_args if sp is not None else None) or {}).get(EXTRA_ID, req_id))
+        ids = rs.block_ids[0] if getattr(rs, "block_ids", None) else ()
+        out[name] = tuple(int(b) for b in ids)
+    return out
+
+
+def view(runner) -> RunnerView:
+    """What a server's trace reads off the v1 runner: every request's blocks (also those
+    without a layout), max_tokens from the SamplingParams it keeps."""
+    def max_tokens(req_id: str):
+        rs = runner.requests.get(req_id)
+        return rs.sampling_params.max_tokens if rs is not None and rs.sampling_params else None
+
+    kv_cfg = getattr(runner, "kv_cache_config", None)
+    return RunnerView(lambda: request_blocks(runner), max_tokens,
+                      int(getattr(kv_cfg, "num_blocks", 0) or 0))
 
 
 WRAPS = (("_build_attention_metadata", _wrap_build_attention_metadata),
          ("_dummy_run", _wrap_dummy_run),
          ("_sample", _wrap_sample),
-         ("execute_model", wrap_execute_model),
+         ("execute_model", wrap_execute_model(view)),
          ("get_kv_cache_spec", wrap_get_kv_cache_spec),
          ("initialize_kv_cache", wrap_initialize_kv_cache))
 

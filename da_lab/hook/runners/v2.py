@@ -23,26 +23,30 @@ import functools
 
 import numpy as np
 
-from da_lab.hook import context, sampled
+from da_lab.core.wire import EXTRA_LAYOUT
 from da_lab.hook.runners.common import (
-    begin_step,
+    RunnerView,
     patch_methods,
     wrap_execute_model,
     wrap_get_kv_cache_spec,
     wrap_initialize_kv_cache,
 )
-from da_lab.hook.state import EXTRA_LAYOUT, TRACKER
+from da_lab.hook.session import SESSION
+from da_lab.hook.step import Step
 
 _NO_BLOCKS = np.zeros(0, dtype=np.int32)
 
 
-def _decide(runner, ib):
-    TRACKER.drop_missing(runner.req_states.req_id_to_index)
-    if not TRACKER.requests:
-        return None
+def _decide(step: Step, runner, ib) -> None:
+    """Begin `step` with this step's batch, read off the V2 runner (DA requests were taken
+    on in add_requests, where their SamplingParams are visible)."""
+    book = step.book
+    book.forget_absent(runner.req_states.req_id_to_index)
+    if not book.requests:
+        return
     n = ib.num_reqs
     req_ids = ib.req_ids[:n]
-    outputs = [TRACKER.requests[r].captured if r in TRACKER.requests else None for r in req_ids]
+    outputs = [book.requests[r].captured if r in book.requests else None for r in req_ids]
     seq = ib.seq_lens_cpu_upper_bound[:n].numpy()
     q = np.asarray(ib.num_scheduled_tokens[:n], dtype=np.int64)
     mirror = getattr(runner.block_tables, "_da_rows", {})
@@ -51,7 +55,7 @@ def _decide(runner, ib):
     def staged(i: int):
         return mirror.get(int(idx[i]), _NO_BLOCKS)
 
-    return TRACKER.rewrite(req_ids, outputs, [None] * n, staged, seq, q)
+    step.begin(req_ids, outputs, [None] * n, staged, seq, q)
 
 
 def _track_new(new_reqs) -> None:
@@ -59,7 +63,7 @@ def _track_new(new_reqs) -> None:
         sp = new.sampling_params
         ex = sp.extra_args if sp is not None else None
         if ex and EXTRA_LAYOUT in ex:
-            st = TRACKER.track(new.req_id, ex)
+            st = SESSION.book.track(new.req_id, ex)
             # A request resumed after preemption comes back with its outputs so far.
             prefill = new.prefill_token_ids or ()
             if st is not None and not st.captured and len(prefill) > len(new.prompt_token_ids):
@@ -72,7 +76,7 @@ def _wrap_add_requests(orig):
         try:
             _track_new(scheduler_output.scheduled_new_reqs)
         except Exception as e:   # noqa: BLE001 - DA off for them, never the engine
-            TRACKER.hook_error("add_requests", e,
+            SESSION.book.hook_error("add_requests", e,
                                [n.req_id for n in scheduler_output.scheduled_new_reqs])
         return orig(self, scheduler_output)
     return add_requests
@@ -81,7 +85,7 @@ def _wrap_add_requests(orig):
 def _wrap_prepare_attn(orig):
     @functools.wraps(orig)
     def prepare_attn(self, input_batch):
-        begin_step(_decide, self, input_batch)
+        SESSION.begin_step(_decide, self, input_batch)
         return orig(self, input_batch)
     return prepare_attn
 
@@ -90,9 +94,7 @@ def _wrap_sample(orig):
     @functools.wraps(orig)
     def sample(self, *args, **kwargs):
         out = orig(self, *args, **kwargs)
-        ctx = context.current()
-        sampled.after_sampling(out[0].sampled_token_ids, ctx.force)
-        ctx.force = None
+        SESSION.after_sampling(out[0].sampled_token_ids)
         return out
     return sample
 
@@ -111,14 +113,34 @@ def _wrap_append_block_ids(orig):
                 rows[req_index] = np.concatenate((rows[req_index], ids))
         except Exception as e:   # noqa: BLE001 - records lose this row, the engine goes on
             rows.pop(req_index, None)
-            TRACKER.hook_error("append_block_ids (the row mirror)", e, [])
+            SESSION.book.hook_error("append_block_ids (the row mirror)", e, [])
         return orig(self, req_index, new_block_ids, overwrite)
     return append_block_ids
 
 
+def request_blocks(runner) -> dict[str, tuple[int, ...]]:
+    """{da_id: physical block ids} of the DA requests the V2 runner holds, from the hook's
+    mirror of their rows (V2 keeps rows on the GPU only, and no SamplingParams)."""
+    mirror = getattr(runner.block_tables, "_da_rows", {})
+    out: dict[str, tuple[int, ...]] = {}
+    for req_id, idx in runner.req_states.req_id_to_index.items():
+        st = SESSION.book.requests.get(req_id)
+        if st is not None and idx in mirror:
+            out[st.da_id] = tuple(int(b) for b in mirror[idx])
+    return out
+
+
+def view(runner) -> RunnerView:
+    """What a server's trace reads off the V2 runner (no max_tokens: no SamplingParams kept;
+    kv_cache_config is not in needs.py, so read defensively)."""
+    kv_cfg = getattr(runner, "kv_cache_config", None)
+    return RunnerView(lambda: request_blocks(runner), lambda req_id: None,
+                      int(getattr(kv_cfg, "num_blocks", 0) or 0))
+
+
 RUNNER_WRAPS = (("add_requests", _wrap_add_requests),
                 ("prepare_attn", _wrap_prepare_attn),
-                ("execute_model", wrap_execute_model),
+                ("execute_model", wrap_execute_model(view)),
                 ("sample", _wrap_sample),
                 ("get_kv_cache_spec", wrap_get_kv_cache_spec),
                 ("initialize_kv_cache", wrap_initialize_kv_cache))
@@ -164,7 +186,6 @@ def _refuse_cpu_v2(version: str) -> None:
     from da_lab.hook.errors import DAUnsupported
     from da_lab.hook.runners import live
     from da_lab.hook.runners.needs import needs_for
-    from da_lab.hook.service import SERVICE
 
     live.check(needs_for(version, ("cpu",)), "CPU worker")
 
@@ -174,7 +195,7 @@ def _refuse_cpu_v2(version: str) -> None:
             out = orig(self, *args, **kwargs)
             runner = getattr(self, "model_runner", None)
             if not isinstance(runner, V1Runner):
-                SERVICE.refuse_or_raise(DAUnsupported(
+                SESSION.refuse_model(DAUnsupported(
                     f"vLLM started {type(runner).__module__}.{type(runner).__name__} on the "
                     "CPU (its V2 model runner: Triton with a CPU backend is installed, or "
                     "VLLM_USE_V2_MODEL_RUNNER=1); the DA hook serves the v1 model runner "
