@@ -9,7 +9,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from da_lab.engine.lab import precheck_model
+from da_lab.engine.validate import precheck_model
 from da_lab.hook import check_version
 
 

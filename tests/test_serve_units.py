@@ -148,7 +148,11 @@ def test_serve_defaults_leave_what_the_user_set():
     assert defaults(["--dtype=bfloat16", "--block-size", "64", "-O", "3"], False, None) == []
     assert defaults([], True, "0.26.0") == ["--block-size", "32", "--disable-cascade-attn"]
     assert plugins_env("a,b") == "a,b,da_lab" and plugins_env("da_lab") == "da_lab"
-    assert plugins_env(None).split(",")[-1] == "da_lab"
+    # unset: every installed general plugin, da_lab among them (in entry-point order)
+    from importlib.metadata import entry_points
+
+    assert set(plugins_env(None).split(",")) == \
+        {e.name for e in entry_points(group="vllm.general_plugins")} | {"da_lab"}
 
 
 def test_a_trace_can_be_read_while_it_is_written(tmp_path):
