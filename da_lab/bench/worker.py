@@ -152,7 +152,7 @@ class Child(Measuring):
             "hook_runner": hook and hook.runner_class,
             "backend": hook and hook.backend or None,
             "attn_backend": access.attention_backends(self.runner),
-            "da_hook_registered": bool(H._installed or access.da_hook_wrapped()),
+            "da_hook_registered": bool(H.installed() or access.da_hook_wrapped()),
             "plugin": self.plugin,
             "env": {k: os.environ.get(k) for k in ("VLLM_PLUGINS", "VLLM_USE_V2_MODEL_RUNNER",
                                                    "VLLM_ENABLE_V1_MULTIPROCESSING")},
