@@ -25,7 +25,8 @@ ROW_KEYS = {"id", "set", "kind", "question", "foreign_words", "expected_tag", "e
             "base_correct", "wrong_tag", "wrong_tag_text", "wrong_tag_correct",
             "wrong_tag_kept_after_tag", "hidden_chunk", "hidden_chunk_text",
             "hidden_chunk_correct", "hidden_chunk_kept_after_tag", "hidden_chunks",
-            "wrong_tag_chance", "flags", "wrong_tag_refused", "hidden_chunk_refused"}
+            "wrong_tag_chance", "flags", "wrong_tag_refused", "hidden_chunk_refused",
+            "decode_kv_read", "decode_kv_full", "decoding_attention_cost"}
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +77,10 @@ def test_document_has_every_key_and_one_row_per_prompt(run):
         assert "<focus" not in r["base_text"]           # the base model got a plain prompt
         assert r["tag_written"] is None or r["text"].startswith(r["tag_written"])
         assert r["flags"] == []                         # no preemption, nothing refused
+        # the paper's metric: what the DA run read during decode / full attention's
+        assert 0 < r["decode_kv_read"] <= r["decode_kv_full"]
+        assert r["decoding_attention_cost"] == round(r["decode_kv_read"] / r["decode_kv_full"],
+                                                     4)
     rows = doc["rows"]
     assert doc["tag_accuracy"] == sum(r["tag_correct"] for r in rows) / N_PROMPTS
     assert doc["da_answer_accuracy"] == sum(r["correct"] for r in rows) / N_PROMPTS

@@ -54,8 +54,8 @@ from da_lab.training.task import first_tag
 
 KEYS = ("n", "tag_accuracy", "da_answer_accuracy", "all_blocks_answer_accuracy",
         "base_all_blocks_answer_accuracy", "wrong_tag_answer_accuracy",
-        "hidden_chunk_answer_accuracy", "blocks_read_fraction_after_tag", "local_accuracy",
-        "decoding_attention_cost")
+        "hidden_chunk_answer_accuracy", "blocks_read_fraction_after_tag",
+        "decoding_attention_cost", "local_accuracy")
 # Older name of the per-step fractions (tests and notebooks used it).
 _fraction_after_tag = fraction_after_tag
 
