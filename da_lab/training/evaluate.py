@@ -23,6 +23,8 @@ da_answer_accuracy; all_blocks_answer_accuracy; base_all_blocks_answer_accuracy;
 wrong_tag_answer_accuracy; hidden_chunk_answer_accuracy (None when not run);
 blocks_read_fraction_after_tag (mean over the DA runs' decode steps from the one that trapped
 the first tag on, of blocks read / blocks in the row; 1.0 when no tag was ever trapped);
+decoding_attention_cost (the paper's metric, Ho et al. 2026: KV positions the DA runs read
+during decode / what full attention reads, all prompts' positions together; core/cost.py);
 local_accuracy (of the prompts that need no document, the share whose first tag is <local>;
 None when there are none). Beside them foreign_word_rate: of the answers to document
 questions, the share whose first sentence holds a word that is in neither the documents nor
