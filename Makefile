@@ -63,7 +63,7 @@ lab: install lab-files
 # (tests/test_lessons_browser.py: Run All twice, a reload, two screen sizes).
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest --nbmake tests notebooks
+	$(BIN)/python -m pytest --nbmake --durations=30 tests notebooks
 
 # The inner loop: the unit tier and the core engine tests (markers from tests/conftest.py;
 # `pytest -m serve`, `-m browser`, `-m engine` run the other tiers; the notebooks are in the
