@@ -100,7 +100,7 @@ def test_a_reused_da_id_is_a_400_and_never_touches_the_running_request(server, c
     for _ in range(ROUNDS):
         got, ended, answer = [], [], []
 
-        def second():
+        def second(answer=answer):
             answer.append(post(server, "/v1/completions", {**body, "max_tokens": 40}))
             answer.append(time.monotonic())
 
