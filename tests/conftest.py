@@ -60,7 +60,7 @@ TIERS = {
              "test_lab_files", "test_predict", "test_messages_fit", "test_reference_protocol"],
     "engine": ["test_engine", "test_kvmap", "test_lab_trace", "test_steering", "test_refusals",
                "test_reliability", "test_selfcheck", "test_tp_cpu", "test_cli_messages",
-               "test_bench", "test_eval_ablations", "test_eval_prompts_engine",
+               "test_bench", "test_bench_shared", "test_eval_ablations", "test_eval_prompts_engine",
                "test_eval_smollm2", "test_smollm2", "test_finetune_smollm2",
                "test_task_train_eval", "test_quiet", "test_validation", "test_oracle_refs",
                "test_one_lab", "test_paper_engine"],

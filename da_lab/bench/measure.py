@@ -10,6 +10,7 @@ import traceback
 
 from da_lab.bench.plan import bench_layout, kept_fraction, kept_prompt_len
 from da_lab.bench.report import spread
+from da_lab.bench.shared import blocks_needed, corpus_len, focus_tag, kept_corpus_len, shared_layout
 from da_lab.core.cost import cost, step_positions
 
 
@@ -21,11 +22,18 @@ class Measuring:
     """Needs from the host class: spec, doc, engine, plugin, hook, recorder, counts,
     num_blocks, tok_vocab, tag_ids, step(), hook_log(), left(), flush(), profile()."""
 
-    def prompts(self, context: int, batch: int, length: int) -> list[list[int]]:
-        """Distinct random prompts (no shared prefix), the same for every mode of a run."""
+    def prompts(self, context: int, batch: int, length: int, layout) -> list[list[int]]:
+        """Random prompts, the same for every mode of a run: distinct, or with --shared one
+        corpus (cut to `length` less the question) and a question of each request's own."""
         import numpy as np
 
         hi = min(self.tok_vocab, self.vocab_size)
+        q = self.spec.get("shared", 0)
+        if q:
+            corpus = np.random.default_rng([self.spec["seed"], context, 1 << 30]).integers(
+                3, hi, size=corpus_len(layout)).tolist()[:length - q]
+            return [corpus + np.random.default_rng([self.spec["seed"], context, i]).integers(
+                3, hi, size=q).tolist() for i in range(batch)]
         out = []
         for i in range(batch):
             rng = np.random.default_rng([self.spec["seed"], context, i])
@@ -51,26 +59,39 @@ class Measuring:
         print(f"[bench child] {row['model']} {row['mode']} ctx {row['context']} "
               f"batch {row['batch']}: {what}", file=sys.stderr, flush=True)
 
+    def tag_of(self, mode: str, i: int) -> list[int]:
+        """Request i's tag token ids (--shared: each FOCUS request names its own chunks)."""
+        if mode == "focus" and self.spec.get("shared"):
+            return self.tok.encode(focus_tag(i), add_special_tokens=False).ids
+        return self.tag_ids.get(mode, [])
+
     def _fitting(self, context: int, batches: list[int]) -> tuple[object, int, list[int]]:
         """(layout, prompt length, the batches whose KV fits); rows for the rest emitted."""
-        s, mode = self.spec, self.spec["mode"]
+        s, mode, q = self.spec, self.spec["mode"], self.spec.get("shared", 0)
         tag_len = len(self.tag_ids["focus"])      # every mode decodes from the same position
         try:
-            layout = bench_layout(context, s["block_size"], fraction=s["focus_fraction"],
-                                  spans=bool(s.get("spans")),
-                                  response_tokens=tag_len + s["warmup_steps"]
-                                  + s["decode_steps"] * s.get("repeats", 1) // 2)
+            if q:
+                layout = shared_layout(context, s["block_size"], q)
+            else:
+                layout = bench_layout(context, s["block_size"], fraction=s["focus_fraction"],
+                                      spans=bool(s.get("spans")),
+                                      response_tokens=tag_len + s["warmup_steps"]
+                                      + s["decode_steps"] * s.get("repeats", 1) // 2)
         except ValueError as e:
             for b in batches:
                 self._emit(self._row(context, b, skipped=str(e)))
             return None, 0, []
-        length = kept_prompt_len(layout) if mode == "stock_kept" else context
-        need = blocks_of(s["max_model_len"], s["block_size"])
-        fits = [b for b in batches if b * need <= self.num_blocks]
+        if q:       # the corpus is held once (prefix cache), each request's own part apart
+            length = kept_corpus_len(layout) + q if mode == "stock_kept" else layout.prompt_len
+            need = {b: blocks_needed(layout, b, s["max_model_len"]) for b in batches}
+        else:
+            length = kept_prompt_len(layout) if mode == "stock_kept" else context
+            need = {b: b * blocks_of(s["max_model_len"], s["block_size"]) for b in batches}
+        fits = [b for b in batches if need[b] <= self.num_blocks]
         for b in batches:
             if b not in fits:
                 self._emit(self._row(context, b, skipped=(
-                    f"does not fit: {b} x {need} blocks needed, the KV cache has "
+                    f"does not fit: {need[b]} blocks needed, the KV cache has "
                     f"{self.num_blocks}")))
         if fits and self.left() < 10:
             for b in fits:
@@ -84,13 +105,16 @@ class Measuring:
         from da_lab.core.wire import extra_args
         from da_lab.engine.access import output_kind
 
-        mode = self.spec["mode"]
-        tag = self.tag_ids.get(mode, [])
+        mode, q = self.spec["mode"], self.spec.get("shared", 0)
         max_tokens = self.spec["max_model_len"] - length
-        self.counts = {}
+        self.counts, self.cached = {}, {}
         da_ids = []
-        for i, ids in enumerate(self.prompts(context, batch, length)):
+        prompts = self.prompts(context, batch, length, layout)
+        if q:
+            self.warm_s = self.warm_prefix(f"warm-{context}", prompts[0][:-q])
+        for i, ids in enumerate(prompts):
             da_id = f"{mode}-{context}-{i}"
+            tag = self.tag_of(mode, i)
             extra = None
             if self.plugin:
                 extra = extra_args(da_id, layout, [[0, list(tag)]] if tag else None)
@@ -106,13 +130,28 @@ class Measuring:
             da_ids.append(da_id)
         return da_ids
 
+    def warm_prefix(self, rid: str, corpus: list[int]) -> float:
+        """Prefill the corpus alone (no DA: one token, then done) so that it sits in the prefix
+        cache before the batch arrives, as a corpus many readers ask about would; seconds."""
+        from vllm import SamplingParams
+
+        t0 = time.perf_counter()
+        self.engine.add_request(rid, {"prompt_token_ids": corpus},
+                                SamplingParams(temperature=0.0, max_tokens=1, detokenize=False))
+        while self.engine.has_unfinished_requests():
+            self.step()
+            if self.left() < 0:
+                raise TimeoutError("--max-seconds reached while warming the shared corpus")
+        return time.perf_counter() - t0
+
     def measure_context(self, context: int) -> None:
         s = self.spec
         layout, length, fits = self._fitting(context, sorted(s["batches"], reverse=True))
         if not fits:
             return
         da_ids = self._add_requests(context, fits[0], layout, length)
-        warm, tag_len = s["warmup_steps"], len(self.tag_ids["focus"])
+        warm = s["warmup_steps"]
+        tag_len = max(len(self.tag_of("focus", i)) for i in range(len(da_ids)))
         t_prefill, n_prefill = time.perf_counter(), 0
         try:
             while min(self.counts.values()) < tag_len + warm:
@@ -136,6 +175,12 @@ class Measuring:
                 row = self.measure(context, b, layout, length, da_ids)
                 row.update(prompt_len=length, prefill_s=round(prefill_s, 2) if not k else None,
                            prefill_steps=n_prefill if not k else None)
+                if s.get("shared"):
+                    row.update(shared_prefix=s["shared"], corpus_tokens=length - s["shared"],
+                               warm_s=round(self.warm_s, 2) if not k else None,
+                               # the prefix cache's hit per request: the corpus, not recomputed
+                               prefix_cached_tokens_min=min(
+                                   (self.cached.get(r, 0) for r in da_ids), default=0))
                 self._emit(row)
         except Exception as e:   # noqa: BLE001 - this context's rows get the error; go on
             done = {(r["context"], r["batch"]) for r in self.doc["rows"]}
@@ -190,9 +235,10 @@ class Measuring:
         log = self.hook_log()
         after = {r: self.counts[r] for r in da_ids}
         # Blocks a stock engine reads: every block of each sequence (mean of window ends).
-        full = sum(blocks_of(context + before[r], bs) + blocks_of(context + after[r], bs)
+        n_all = layout.prompt_len if s.get("shared") else context     # + the question
+        full = sum(blocks_of(n_all + before[r], bs) + blocks_of(n_all + after[r], bs)
                    for r in da_ids) / 2
-        mid_seq = context + sum(before[r] + after[r] for r in da_ids) / (2 * len(da_ids))
+        mid_seq = n_all + sum(before[r] + after[r] for r in da_ids) / (2 * len(da_ids))
         sp = spread(rates)
         row = self._row(context, batch, decode_tok_s=sp["median"], decode_tok_s_spread=sp,
                         decode_tok_s_repeats=[round(x, 2) for x in rates], repeats=repeats,
@@ -205,7 +251,7 @@ class Measuring:
                 row["recording_ms_per_step"] = round(
                     (self.recorder.seconds - rec_s) / max(1, steps * repeats) * 1e3, 3)
         else:
-            n = length if mode == "stock_kept" else context
+            n = length if mode == "stock_kept" else n_all
             read = sum(blocks_of(n + before[r], bs) + blocks_of(n + after[r], bs)
                        for r in da_ids) / 2
             row.update(kept_block_fraction=round(read / full, 4), kept_source="seq_len",
@@ -213,19 +259,22 @@ class Measuring:
                        # stock reads all it has: its cost is its length over the full context's
                        decoding_attention_cost=round(
                            sum(n + before[r] + n + after[r] for r in da_ids)
-                           / sum(context + before[r] + context + after[r] for r in da_ids), 4))
+                           / sum(n_all + before[r] + n_all + after[r] for r in da_ids), 4))
             if mode == "stock_kept":
-                row["kept_block_fraction_expected"] = round(
-                    kept_fraction(layout, "focus", round(mid_seq)), 4)
+                row["kept_block_fraction_expected"] = round(kept_fraction(
+                    layout, "focus", round(mid_seq),
+                    focus_tag(0) if s.get("shared") else None), 4)
         if s["profile_steps"] > 0:
             row.update(self.profile(s["profile_steps"]))
         return row
 
     def _hook_fractions(self, row: dict, log: list[dict], layout, da_ids, mid_seq) -> None:
         """The kept fraction the kernel was given, read back from the hook's step records."""
-        mode = self.spec["mode"]
-        row["kept_block_fraction_expected"] = round(kept_fraction(
-            layout, "global" if mode == "global_recording" else mode, round(mid_seq)), 4)
+        mode = "global" if self.spec["mode"] == "global_recording" else self.spec["mode"]
+        tags = [focus_tag(i) if mode == "focus" and self.spec.get("shared") else None
+                for i in range(len(da_ids))]           # --shared: each request its own pair
+        row["kept_block_fraction_expected"] = round(sum(
+            kept_fraction(layout, mode, round(mid_seq), t) for t in tags) / len(tags), 4)
         read = total = n_steps = kv_read = kv_full = 0
         hook_us = []
         mine = set(da_ids)

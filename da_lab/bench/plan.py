@@ -62,12 +62,14 @@ def bench_layout(context: int, block_size: int, *, fraction: float = 0.15,
     return Layout.from_spans(bs, list(zip(edges, edges[1:], strict=False)), context)
 
 
-def kept_fraction(layout, mode: str, seq_len: int) -> float:
-    """Blocks the mask keeps / all blocks, for a decode step at `seq_len` (the mask's answer)."""
+def kept_fraction(layout, mode: str, seq_len: int, tag: str | None = None) -> float:
+    """Blocks the mask keeps / all blocks, for a decode step at `seq_len` (the mask's answer);
+    `tag`: the request's own tag instead of the mode's."""
     from da_lab.core.mask import kept_blocks
     from da_lab.core.tags import Directive, parse_tag
 
-    d = parse_tag(TAGS[mode], layout.n_chunks) if mode in TAGS else Directive()
+    tag = tag or TAGS.get(mode)
+    d = parse_tag(tag, layout.n_chunks) if tag else Directive()
     n = -(-seq_len // layout.block_size)
     return len(kept_blocks(d, layout, seq_len, 1)) / n
 

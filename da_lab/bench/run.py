@@ -203,13 +203,14 @@ def add_arguments(p) -> None:
                         "included)")
     p.add_argument("--spans", action="store_true", help="the paper's unpadded chunks: their "
                    "boundaries half a block off the grid (FOCUS keeps shared edge blocks whole)")
+    p.add_argument("--shared", type=int, default=0, metavar="Q", help="one prefix-cached "
+                   "corpus of CONTEXT tokens + a Q-token question per request; FOCUS per request")
     p.add_argument("--llama-vocab", type=int, default=LLAMA_VOCAB,
                    help="vocab_size of llama-8b-dummy (128256 = Llama 3's, realistic bytes)")
     p.add_argument("--record-trace", action="store_true",
                    help="also run mode global_recording: global with Lab-style recording on")
     p.add_argument("--trace-format", choices=("auto", "parquet", "jsonl.gz"), default="auto",
-                   help="trace file format of global_recording (auto: parquet when pyarrow is "
-                        "installed, else jsonl.gz)")
+                   help="global_recording's trace (auto: parquet if pyarrow is installed)")
     p.add_argument("--kv-cache", choices=("auto", "vllm"), default="auto",
                    help="auto: a KV cache of exactly what the largest batch at the longest "
                         "context needs (num_gpu_blocks_override), the same for every mode, when "
@@ -222,10 +223,9 @@ def add_arguments(p) -> None:
                         "recorded as skipped (e.g. 540 under a 10-minute limit)")
     p.add_argument("--out", help="result JSON (default bench/results/bench-<run_id>.json)")
     p.add_argument("--overlap-import", action=argparse.BooleanOptionalAction, default=False,
-                   help="start the next child (its ~10-25 s torch + vLLM import) while the "
-                        "current one runs (it waits to start its engine until the current one "
-                        "ends); saves time but may disturb the timed steps, and rows whose "
-                        "timed steps it overlapped get a note (default: off)")
+                   help="import the next child (~10-25 s) while the current one runs (its "
+                        "engine waits for the current one's end); rows whose timed steps it "
+                        "overlapped get a note (default: off)")
     p.add_argument("--no-plot", action="store_true", help="write no HTML/PNG plot")
 
 
@@ -256,12 +256,13 @@ def _settings(args) -> tuple[dict, str]:
             "runner": args.runner if args.runner != "auto" else ("v2" if cuda else "v1"),
             "eager": args.eager if args.eager is not None else not cuda,
             "dtype": args.dtype or ("bfloat16" if cuda else "float32"),
-            "max_model_len": max(contexts) + -(-extra // bs) * bs,
+            "max_model_len": max(contexts) + args.shared + -(-extra // bs) * bs,
             "max_num_batched_tokens": mnbt,
             "gpu_memory_utilization": args.gpu_memory_utilization,
             "focus_fraction": args.focus_fraction, "focus_tag": TAGS["focus"],
             "n_chunks": N_CHUNKS, "seed": args.seed, "overlap_import": bool(args.overlap_import),
-            "llama_vocab": args.llama_vocab, "kv_cache": args.kv_cache, "spans": args.spans}, \
+            "llama_vocab": args.llama_vocab, "kv_cache": args.kv_cache, "spans": args.spans,
+            "shared": args.shared}, \
         dev_name
 
 
@@ -282,7 +283,7 @@ def _plan(settings: dict, args) -> list[dict]:
                                               "profile_steps", "block_size", "runner", "eager",
                                               "dtype", "max_model_len", "max_num_batched_tokens",
                                               "gpu_memory_utilization", "focus_fraction", "seed",
-                                              "kv_cache", "spans")}})
+                                              "kv_cache", "spans", "shared")}})
     return plan
 
 

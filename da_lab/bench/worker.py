@@ -33,6 +33,7 @@ from da_lab.bench.profiling import (
     device_name,
     weight_bytes,
 )
+from da_lab.bench.shared import blocks_needed, shared_layout
 from da_lab.engine.child import write_doc
 from da_lab.engine.env import engine_name
 
@@ -45,6 +46,7 @@ class Child(Measuring):
         self.doc = {"model": spec["model"], "mode": spec["mode"], "rows": [], "error": None}
         self.recorder = None
         self.counts: dict[str, int] = {}
+        self.cached: dict[str, int] = {}
 
     def flush(self) -> None:
         write_doc(self.out_path, self.doc)
@@ -91,7 +93,7 @@ class Child(Measuring):
                       block_size=s["block_size"], seed=0, max_model_len=s["max_model_len"],
                       max_num_seqs=s["max_num_seqs"],
                       max_num_batched_tokens=s["max_num_batched_tokens"],
-                      enable_prefix_caching=False, enforce_eager=bool(s["eager"]),
+                      enable_prefix_caching=bool(s.get("shared")), enforce_eager=bool(s["eager"]),
                       gpu_memory_utilization=s["gpu_memory_utilization"],
                       load_format=s["load_format"])
         if self.plugin:
@@ -145,6 +147,7 @@ class Child(Measuring):
             w_loaded = None
         tok = Tokenizer.from_file(str(Path(s["model_path"]) / "tokenizer.json"))
         self.tok_vocab = tok.get_vocab_size()
+        self.tok = tok
         self.tag_ids = {m: tok.encode(t, add_special_tokens=False).ids for m, t in TAGS.items()}
         hook = getattr(self, "hook", None)
         self.doc.update({
@@ -183,6 +186,9 @@ class Child(Measuring):
         params, _ = config_params(cfg)
         kv_block = 2 * layers * nkv * hd * elt * s["block_size"]
         need = max(s["batches"]) * -(-s["max_model_len"] // s["block_size"]) + 16
+        if s.get("shared"):                    # the corpus once, each request's own part apart
+            need = blocks_needed(shared_layout(max(s["contexts"]), s["block_size"], s["shared"]),
+                                 max(s["batches"]), s["max_model_len"]) + 16
         if torch.cuda.is_available():
             free, total = torch.cuda.mem_get_info()
             room = min(free, s["gpu_memory_utilization"] * total) - params * elt - (8 << 30)
@@ -199,6 +205,8 @@ class Child(Measuring):
             k = len(o.outputs[0].token_ids) if o.outputs else 0
             if o.request_id in self.counts:
                 self.counts[o.request_id] += k
+                if getattr(o, "num_cached_tokens", None):       # its first output says it
+                    self.cached.setdefault(o.request_id, o.num_cached_tokens)
             n += k
         if self.recorder is not None:
             self.recorder.on_step(outs, time.perf_counter() - t0)
