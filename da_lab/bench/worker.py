@@ -97,7 +97,13 @@ class Child(Measuring):
                       gpu_memory_utilization=s["gpu_memory_utilization"],
                       load_format=s["load_format"])
         if self.plugin:
+            from da_lab.engine.env import engine_version
             from da_lab.hook import register
+            from da_lab.hook.runners.releases import engine_kwargs
+
+            # No cascade attention where the release has it: with a shared prefix (--shared)
+            # vLLM would run one, and one kernel row per request can't express it.
+            kwargs.update(engine_kwargs(engine_version()))
             from da_lab.hook.session import SESSION
 
             register()                 # also loaded by vLLM when installed; idempotent
@@ -163,6 +169,7 @@ class Child(Measuring):
             "compilation_mode": str(getattr(vc.compilation_config, "mode", None)),
             "cudagraph_mode": str(getattr(vc.compilation_config, "cudagraph_mode", None)),
             "async_scheduling": getattr(vc.scheduler_config, "async_scheduling", None),
+            "disable_cascade_attn": getattr(mc, "disable_cascade_attn", None),
             "block_size": cc.block_size, "num_gpu_blocks": self.num_blocks,
             "kv_bytes_per_token": access.kv_bytes_per_token(self.llm),
             "weight_bytes": params * elt, "weight_bytes_read": (params - embed) * elt,
