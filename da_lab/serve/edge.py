@@ -20,7 +20,14 @@ from __future__ import annotations
 import copy
 import functools
 
-from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT, parse_director, parse_layout
+from da_lab.core.wire import (
+    EXTRA_DIRECTOR,
+    EXTRA_ID,
+    EXTRA_LAYOUT,
+    extra_args,
+    parse_director,
+    parse_layout,
+)
 from da_lab.serve.ids import IdInUse, LiveIds
 
 
@@ -98,19 +105,22 @@ class Edge:
         if not ex or (EXTRA_LAYOUT not in ex and EXTRA_DIRECTOR not in ex):
             return params, None
         try:
-            engine = self._check(ex, prompt, params, req_id)
+            layout, script = self._check(ex, prompt, params)
             try:
-                engine[EXTRA_ID] = self.ids.claim(ex, req_id)
+                da_id = self.ids.claim(ex, req_id)
             except IdInUse as e:
                 raise EdgeError("id", str(e)) from None
         except EdgeError as e:
             self.rejected[e.reason] = self.rejected.get(e.reason, 0) + 1
             raise
         mine = copy.copy(params)
-        mine.extra_args = engine
-        return mine, engine[EXTRA_ID]
+        # The engine's form (what the hook reads: this prompt's layout, the director's token
+        # ids, the claimed id) over the client's other keys.
+        mine.extra_args = {**ex, **extra_args(da_id, layout, script)}
+        return mine, da_id
 
-    def _check(self, ex: dict, prompt, params, req_id) -> dict:
+    def _check(self, ex: dict, prompt, params) -> tuple:
+        """(the request's Layout, the director's script in token ids or None); EdgeError."""
         if EXTRA_LAYOUT not in ex:
             raise EdgeError("director", f"vllm_xargs.{EXTRA_DIRECTOR} needs a "
                                         f"vllm_xargs.{EXTRA_LAYOUT} (the chunks it names)")
@@ -137,18 +147,14 @@ class Edge:
             layout = parse_layout(ex[EXTRA_LAYOUT], len(ids), block_size=self.block_size)
         except ValueError as e:
             raise EdgeError("layout", str(e)) from None
-        engine = dict(ex)
-        # The engine's form: the hook reads the layout dict (with this prompt's length) and
-        # director token ids.
-        engine[EXTRA_LAYOUT] = layout.to_dict()
-        if EXTRA_DIRECTOR in ex:
-            try:
-                script = self._director(ex[EXTRA_DIRECTOR], layout.n_chunks,
-                                        getattr(params, "max_tokens", None))
-            except ValueError as e:
-                raise EdgeError("director", str(e)) from None
-            engine[EXTRA_DIRECTOR] = [[at, t] for at, t in script]
-        return engine
+        if EXTRA_DIRECTOR not in ex:
+            return layout, None
+        try:
+            script = self._director(ex[EXTRA_DIRECTOR], layout.n_chunks,
+                                    getattr(params, "max_tokens", None))
+        except ValueError as e:
+            raise EdgeError("director", str(e)) from None
+        return layout, [[at, t] for at, t in script]
 
     def _director(self, value, n_chunks: int, max_tokens) -> list[tuple[int, list[int]]]:
         from da_lab.engine.validate import check_tags
