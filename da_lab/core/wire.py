@@ -41,8 +41,7 @@ def extra_args(da_id: str, layout: Layout | dict | None = None,
     """The engine's `SamplingParams.extra_args` for a request: its id, its layout (a Layout or
     its dict) and the director's script ([[output index, [token ids]], ...]) where given. The
     one constructor: the Lab, the teacher, the bench, the eval, the TP check and the server's
-    edge build theirs
-    here, so the key set the hook reads (EXTRA_*) is written in one place."""
+    edge build theirs here, so the key set the hook reads (EXTRA_*) is written in one place."""
     extra: dict = {EXTRA_ID: da_id}
     if layout is not None:
         extra[EXTRA_LAYOUT] = layout.to_dict() if isinstance(layout, Layout) else layout
