@@ -155,3 +155,33 @@ def add_readers(lab, max_tokens: int = READER_TOKENS) -> list[str]:
                         max_tokens=max_tokens, request_id=da_id)
         ids.append(da_id)
     return ids
+
+
+def open_readers(lab, source, trace: str):
+    """Lesson 04's readers: (their source, their ids). Live (`lab` not None): a branch of the
+    lesson's `source` (the same engine; every step recorded for both players) with the readers
+    added; otherwise `trace`, their recorded run. Prints each reader's prompt as its request
+    carries it (the layout and the director's tag; the question too when live)."""
+    from da_lab.core.layout import Layout
+
+    if lab is not None:
+        readers = source.branch()
+        names = add_readers(lab)
+        asks = {n: q.strip().removeprefix("Question:").removesuffix("Answer:").strip()
+                for n, (q, _c, _a) in zip(names, reader_corpus(lab)[1], strict=True)}
+        added = [dict(req=n, layout=lab.requests[n]["prompt"].layout.to_dict(),
+                      tags=[[at, t] for at, _n, t in lab.requests[n]["script"]]) for n in names]
+    else:
+        from da_lab_widgets import TraceSource
+
+        readers, asks = TraceSource(trace), {}
+        added = [a for rec in readers.records for a in rec.added]
+        names = [a["req"] for a in added]
+    for a in added:
+        lay = Layout.from_dict(a["layout"])
+        ask = f"asks “{asks[a['req']]}”, " if a["req"] in asks else ""
+        print(f"{a['req']}: {ask}{-(-lay.prompt_len // lay.block_size)} blocks of prompt; the "
+              f"director writes {a['tags'][0][1]} first")
+    print(f"each prompt begins with the same {lay.tail_start} full blocks (the scaffold and "
+          f"{lay.n_chunks} chunks of records), then its own question")
+    return readers, names

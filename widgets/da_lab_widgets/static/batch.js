@@ -77,7 +77,7 @@ export class BatchRows {
       let k = j + 1;
       while (k < bl.length && many(k) === many(j)) k++;
       s("rect", { x: st.x + j * c, y: y + ROW_H + 1, width: Math.max(2, (k - j) * c - 1), height: 3,
-                  fill: SHARED, "data-shared": `${j},${k},${many(j)}` }, this.g);
+                  fill: SHARED, "data-shared": `${j},${k},${many(j)}`, "data-of": bl[j].req }, this.g);
       n += k - j;
       j = k;
     }
