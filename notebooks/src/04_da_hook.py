@@ -25,7 +25,7 @@ player.widget
 
 # %% [markdown]
 # ## Many readers, one corpus
-# Three readers ask about the same chunks of records, each its own question, and each is made to focus the chunk that holds its answer (the director writes `<focus Ck>` first, as a steer button would). They are added together, so the engine schedules them in one batch. vLLM's prefix cache hashes every full block of a prompt by its tokens: the readers' prompts are the same tokens up to their questions, so the second and third reader get the first one's physical blocks. Panel (e) of this diagram 2 draws every request of the step, one block-table row each; a bar marks a physical block that stands in more than one row (in the KV cache (d) too), and hovering one names the rows that hold it.
+# Three readers ask about the same chunks of records, each its own question, and each is made to focus the chunk that holds its answer (the director writes `<focus Ck>` first, as a steer button would). They are added together, so the engine schedules them in one batch. vLLM's prefix cache hashes every full block of a prompt by its tokens: the readers' prompts are the same tokens up to their questions, so the second and third reader get the first one's physical blocks. Panel (e) of this diagram 2 draws every request of the step, one block-table row each; a bar marks a physical block that stands in more than one row (in the KV cache (d) too), and hovering one names the rows that hold it. The lesson's request above, if it is still running, is in the batch too: a prefix is shared only while the tokens are the same from the prompt's start, so with its other records it shares the scaffold head alone.
 
 # %%
 READERS = "../traces/readers_cpu.jsonl.gz"    # replayed when LIVE = False
