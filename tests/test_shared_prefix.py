@@ -147,3 +147,42 @@ def test_masked_answers_stay_out_of_the_cache(readers, lab, reference):
     lab.run()
     ids, hit, _ = follow_up(lab, prompt, lab.requests[plain]["token_ids"])
     assert hit == len(ids) // bs * bs > n_tok + bs, hit
+
+
+def test_sharing_catches_a_copy_and_a_recompute(readers):
+    """checks/shared_prefix.sharing (what the GPU run reports) fails on doctored records: one
+    step whose row names a copy of a corpus block, or a later reader that recomputed it."""
+    n = readers.n_shared
+    assert sharing(readers.steps, n)["passed"]
+    name = list(readers.steps)[2]
+    ss = readers.steps[name]
+    row = ss[5].staged_row.copy()
+    row[3] = 4000                                    # a copy of logical block 3
+    copied = dict(readers.steps, **{name: [*ss[:5], dataclasses.replace(ss[5], staged_row=row),
+                                           *ss[6:]]})
+    facts = sharing(copied, n)
+    assert not facts["passed"] and not facts["rows_equal"]
+    redone = dataclasses.replace(ss[0], query_len=ss[0].seq_len)
+    facts = sharing(dict(readers.steps, **{name: [redone, *ss[1:]]}), n)
+    assert not facts["passed"] and facts["cached_tokens"][name] == 0
+
+
+def test_gpu_run_drives_and_scores_the_shared_prefix_scenario(lab, tiny_model, monkeypatch):
+    """checks/gpu_tests.py's own path on this engine, its other scenarios left out: drive()
+    runs the readers (the first one a step ahead) and reports their sharing facts; the
+    float32 reference replays them (the bfloat16 one is the GPU's, and slow on a CPU) and the
+    GPU verdict passes with no mismatch."""
+    from da_lab.checks import gpu_tests
+    from da_lab.checks.verdict import score
+
+    monkeypatch.setattr(gpu_tests, "SCENARIOS", {})
+    monkeypatch.setattr(gpu_tests, "REFERENCES", ("float32",))
+    prompt = gpu_tests.prompts(lab)
+    reqs, facts = gpu_tests.drive(lab, prompt, 32)
+    assert set(reqs) == set(READERS)
+    sp = facts["shared_prefix"]
+    assert sp["passed"] and sp["focus_steps"] >= 4 * 20, sp
+    assert all(c == 25 * lab.block_size for c in list(sp["cached_tokens"].values())[1:]), sp
+    gpu_tests.references(tiny_model, prompt, reqs, "cpu")
+    v = score({"runner": "v1", "runner_ran": "v1", "requests": reqs}, 0.25)
+    assert v["passed"] and v["mismatches"] == 0 and v["tokens_compared"] >= 30, v

@@ -4,8 +4,9 @@ torch, the device and the model runner.
   1. static: the installed vLLM's sources, read with `ast` (checks/manifest.py), meet every need
      of the adapters for its release, and whether its hook modules are byte-identical to the
      wheel the committed manifest was read from;
-  2. oracle: the tiny model in a Lab runs the seed scenario's three directed requests
-     (<focus C3,C7> -> <local> -> <global>, <focus C5>, <local 1>), replayed through
+  2. oracle: the tiny model in a Lab runs the GPU run's requests (checks/gpu_tests.drive: the
+     seed scenario's <focus C3,C7> -> <local> -> <global>, <focus C5>, <local 1>, the paper's
+     protocol, four readers of one cached corpus with their own FOCUS), replayed through
      transformers with the hook's per-position masks. CPU (float32): every token the model
      chose equals the masked reference's. GPU (bfloat16): the tie-aware verdict of the GPU run
      (checks/verdict.py: a disagreement counts where both references disagree and neither the
