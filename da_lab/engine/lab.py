@@ -103,7 +103,7 @@ class Lab:
             from vllm import LLM
 
             from da_lab.hook import register
-            from da_lab.hook.runners import releases
+            from da_lab.hook.runners.releases import engine_kwargs as release_kwargs
             from da_lab.hook.session import SESSION
 
             register()   # also loaded by vLLM as a plugin; idempotent
@@ -112,7 +112,7 @@ class Lab:
         engine_kwargs.setdefault("use_tqdm_on_load", False)
         # No cascade attention where the release has it (0.26): vLLM may pick it for 8+
         # requests over one long cached prefix, and the hook then runs that step unmasked.
-        for k, v in releases.engine_kwargs(engine_version()).items():
+        for k, v in release_kwargs(engine_version()).items():
             engine_kwargs.setdefault(k, v)
         cuda = torch.cuda.is_available()
         if dtype == "auto":
