@@ -9,7 +9,11 @@ starts), all cases at once on the one GPU. A case:
   1. starts a Lab (GPU: bf16; eager, or the default compiled mode with FULL_AND_PIECEWISE CUDA
      graphs), checks that the runner class is the one asked for;
   2. runs three seed-scenario requests together, the director writing
-     <focus C3,C7> -> <local> -> <global>, <focus C5> alone, and <local 1>;
+     <focus C3,C7> -> <local> -> <global>, <focus C5> alone, and <local 1>, the paper's
+     protocol on Magic Chunks, and the shared_prefix scenario (checks/shared_prefix.py): four
+     readers of the seed corpus, each its own question and FOCUS, added once the first one's
+     prefill has cached the corpus; their step records must show one physical copy of the
+     corpus in every row and FOCUS kernel row, and no later reader recomputing it;
   3. a compiled case then replays the eager case's token streams by teacher forcing
      (engine/teacher.py): the director writes every eager token, and the compiled model's own
      greedy choice is compared with the eager one at every position, not only up to the first
@@ -35,6 +39,7 @@ import time
 from datetime import UTC, date, datetime
 from pathlib import Path
 
+from da_lab.checks import shared_prefix
 from da_lab.checks.verdict import compare_graphs, score
 
 MODELS = ("tiny", "llama-1b-dummy")
@@ -52,15 +57,19 @@ SCENARIOS = {
     "paper_spans": [(1, '<focus magic_chunks="3">'), (20, "</focus>"), (30, "<local>")],
 }
 PAPER = {"paper_spans"}         # scenarios on the paper's prompt (lab.paper_prompt)
+# Many readers, one corpus (issue 43): its requests, each over the seed corpus + its question.
+SHARED_PREFIX = shared_prefix.READERS
 
 
 def prompts(lab) -> dict:
-    """Each scenario's prompt: the seed scenario's, or the same records as Magic Chunks."""
+    """Each scenario's prompt: the seed scenario's, or the same records as Magic Chunks;
+    and each shared-prefix reader's."""
     from da_lab.core.layout import seed_texts
 
     seed = lab.seed_prompt()
     paper = lab.paper_prompt("What is the value of key 31?", seed_texts()[1])
-    return {name: paper if name in PAPER else seed for name in SCENARIOS}
+    return {**{name: paper if name in PAPER else seed for name in SCENARIOS},
+            **shared_prefix.prompts(lab)}
 
 
 def model_folder(name: str) -> Path:
@@ -87,18 +96,27 @@ def _wait_for(path: Path, timeout: float) -> dict:
 
 
 def drive(lab, prompt: dict, max_tokens: int) -> tuple[dict, dict]:
-    """The scenarios together on `lab` (`prompt`: each one's); (per-request results, facts)."""
+    """The scenarios together on `lab` (`prompt`: each one's); (per-request results, facts).
+    The first shared-prefix reader runs one step alone (its prefill caches the corpus), then
+    everything else joins."""
     # logprobs=2: the engine's own top-2 gap at each position, to tell a wrong mask from a
     # bf16 near-tie where the engine and the references disagree.
-    da_ids = {name: lab.add_request(prompt[name], tags=tags, max_tokens=max_tokens,
-                                    logprobs=2)
-              for name, tags in SCENARIOS.items()}
-    steps = max_unseen = 0
+    tags = {**SCENARIOS, **{name: t for name, (_, t) in SHARED_PREFIX.items()}}
+    first, *rest = SHARED_PREFIX
+
+    def add(name: str) -> str:
+        return lab.add_request(prompt[name], tags=tags[name], max_tokens=max_tokens,
+                               logprobs=2)
+
+    da_ids = {first: add(first)}
+    recs = [lab.step()]
+    da_ids.update({name: add(name) for name in [*SCENARIOS, *rest]})
     while lab.has_unfinished():
-        rec = lab.step()
-        steps += 1
-        for r in rec.requests:
-            max_unseen = max(max_unseen, r.tokens_unseen or 0)
+        recs.append(lab.step())
+    max_unseen = max((r.tokens_unseen or 0) for rec in recs for r in rec.requests)
+    readers = {name: [r for rec in recs if (r := rec.request(da_ids[name])) is not None
+                      and r.hooked] for name in SHARED_PREFIX}
+    shared = shared_prefix.sharing(readers, shared_prefix.corpus_blocks(prompt[first]))
     reqs = {}
     for name, da_id in da_ids.items():
         st, r = lab.request_state(da_id), lab.requests[da_id]
@@ -107,7 +125,8 @@ def drive(lab, prompt: dict, max_tokens: int) -> tuple[dict, dict]:
                       "engine_gap": [_top2_gap(lp) for lp in r.get("logprobs", [])],
                       "events": [e["kind"] for e in st.events],
                       "masked_steps": sum(k is not None for _, _, k in st.mask_history)}
-    return reqs, {"steps": steps, "max_tokens_unseen": max_unseen}
+    return reqs, {"steps": len(recs), "max_tokens_unseen": max_unseen,
+                  "shared_prefix": shared}
 
 
 def _top2_gap(logprobs: dict) -> float | None:
@@ -258,6 +277,10 @@ def _rows(results: list[dict], threshold: float) -> list[dict]:
             row.update({k: c[k] for k in ("runner_class", "cudagraph_mode", "backend",
                                           "async_scheduling", "max_tokens_unseen",
                                           "engine_start_s", "steps")})
+            # One physical copy of the corpus, no recompute (absent from runs before it).
+            if "shared_prefix" in c:
+                row["shared_prefix"] = c["shared_prefix"]
+                row["passed"] = row["passed"] and c["shared_prefix"]["passed"]
             e = by_key.get((c["model"], c["runner"], "eager"))
             if c["graphs"] != "eager":
                 if e is None or "error" in e:
@@ -269,6 +292,12 @@ def _rows(results: list[dict], threshold: float) -> list[dict]:
                                      and cmp["eager_tokens_compared"] > 0)
         rows.append(row)
     return rows
+
+
+def _shared_word(facts: dict | None) -> str:
+    if facts is None:
+        return "-"
+    return "ok" if facts["passed"] else "BROKEN"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -327,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
               f"engine_ties={r.get('engine_ties', '-')} "
               f"gap fp32 {g32.get('min')}..{g32.get('max')} bf16 {g16.get('min')}.."
               f"{g16.get('max')} teacher-forced={r.get('eager_tokens_compared', '-')}/"
-              f"{r.get('eager_mismatches', '-')} {r.get('error', '')[:300]}")
+              f"{r.get('eager_mismatches', '-')} "
+              f"shared-prefix={_shared_word(r.get('shared_prefix'))} "
+              f"{r.get('error', '')[:300]}")
     print(f"wrote {out}")
     return 0 if all(r["passed"] for r in rows) else 1
 

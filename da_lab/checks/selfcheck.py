@@ -4,8 +4,9 @@ torch, the device and the model runner.
   1. static: the installed vLLM's sources, read with `ast` (checks/manifest.py), meet every need
      of the adapters for its release, and whether its hook modules are byte-identical to the
      wheel the committed manifest was read from;
-  2. oracle: the tiny model in a Lab runs the seed scenario's three directed requests
-     (<focus C3,C7> -> <local> -> <global>, <focus C5>, <local 1>), replayed through
+  2. oracle: the tiny model in a Lab runs the GPU run's requests (checks/gpu_tests.drive: the
+     seed scenario's <focus C3,C7> -> <local> -> <global>, <focus C5>, <local 1>, the paper's
+     protocol, four readers of one cached corpus with their own FOCUS), replayed through
      transformers with the hook's per-position masks. CPU (float32): every token the model
      chose equals the masked reference's. GPU (bfloat16): the tie-aware verdict of the GPU run
      (checks/verdict.py: a disagreement counts where both references disagree and neither the
@@ -27,7 +28,8 @@ import time
 PLAIN_TOKENS = 24
 THRESHOLD = 0.25          # the GPU run's default (checks/gpu_tests.py --threshold)
 
-# Stock vLLM on the Lab's settings (engine/lab.py defaults): its tokens for one prompt.
+# Stock vLLM on the Lab's settings (engine/lab.py defaults; the pool size, 160 blocks in the
+# check, changes no token of one request): its tokens for one prompt.
 STOCK = """
 import json, os, sys
 os.environ["VLLM_PLUGINS"] = "none"          # load no general plugin: stock vLLM
@@ -108,7 +110,9 @@ def run() -> dict:
     doc["vllm"] = engine_name()
     lab = None
     try:
-        lab = Lab(path)
+        # The GPU run's KV size (gpu_tests.run_case): its eight requests (the shared corpus,
+        # the paper's prompt) fit without a preemption, whose recompute is flagged, not exact.
+        lab = Lab(path, num_blocks=160)
         prompt = gpu_tests.prompts(lab)           # each scenario's prompt
         seed = prompt["focus_only"]
         stock = _stock(path, seed.token_ids)

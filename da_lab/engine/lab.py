@@ -16,7 +16,7 @@ from da_lab.core.layout import BLOCK_SIZE, DAPrompt, build_prompt, seed_texts
 from da_lab.core.paper import paper_prompt
 from da_lab.core.record import StepRecord
 from da_lab.engine import access, kvmap, startup, steering, validate
-from da_lab.engine.env import LAB_ENV, apply_env, engine_name  # noqa: F401 - re-exported
+from da_lab.engine.env import LAB_ENV, apply_env, engine_name, engine_version  # noqa: F401
 from da_lab.engine.models import build_tiny_model
 from da_lab.engine.quiet import quiet_engine_start
 from da_lab.engine.results import flag_requests, prune_finished, request_result
@@ -103,12 +103,17 @@ class Lab:
             from vllm import LLM
 
             from da_lab.hook import register
+            from da_lab.hook.runners.releases import engine_kwargs as release_kwargs
             from da_lab.hook.session import SESSION
 
             register()   # also loaded by vLLM as a plugin; idempotent
         self._phase("starting the engine")
         # The "Loading safetensors checkpoint shards" bar: a widget in a notebook.
         engine_kwargs.setdefault("use_tqdm_on_load", False)
+        # No cascade attention where the release has it (0.26): vLLM may pick it for 8+
+        # requests over one long cached prefix, and the hook then runs that step unmasked.
+        for k, v in release_kwargs(engine_version()).items():
+            engine_kwargs.setdefault(k, v)
         cuda = torch.cuda.is_available()
         if dtype == "auto":
             dtype = "bfloat16" if cuda else "float32"

@@ -1,0 +1,75 @@
+"""Many readers, one corpus (issue 43): requests over one long shared prefix, each with its own
+question and its own FOCUS, and what their step records must show.
+
+The corpus is the seed scenario's scaffold head and twelve chunks (25 whole blocks); each reader
+appends its own question. With prefix caching the later readers find the corpus cached, so
+DA must keep it shared: every reader's block-table row names the same physical blocks for it,
+FOCUS's kernel rows point into those same blocks, and no later reader recomputes them.
+`sharing` reads that off the hook's step records; the oracle is checked apart, per reader.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# name -> (question, director tags). Different chunks per reader; one writes the paper's tag
+# and closes it, so its directive returns to GLOBAL over the same shared blocks.
+READERS = {
+    "shared_prefix_c3": (" Question: What is the value of key 31? Answer:",
+                         [(2, "<focus C3>")]),
+    "shared_prefix_c5_c9": (" Question: What is the value of key 52? Answer:",
+                            [(2, "<focus C5,C9>")]),
+    "shared_prefix_paper": (" Question: Which record holds key 121? Answer:",
+                            [(1, '<focus magic_chunks="12">'), (24, "</focus>")]),
+    "shared_prefix_c1_c2": (" Question: What is key 12? Answer:",
+                            [(3, "<focus C1-C2>")]),
+}
+
+
+def prompts(lab) -> dict:
+    """Each reader's prompt: the seed corpus (same tokens, same whole-block chunks) + its
+    question."""
+    from da_lab.core.layout import build_prompt, seed_texts
+
+    head, chunks, _ = seed_texts()
+    filler = lab.encode("\n")[0]
+    return {name: build_prompt(lab.encode, head, chunks, q, filler_id=filler,
+                               bos_id=lab.tokenizer.bos_token_id, block_size=lab.block_size,
+                               chunk_blocks=2)
+            for name, (q, _) in READERS.items()}
+
+
+def corpus_blocks(prompt) -> int:
+    """Whole blocks the readers share: the scaffold head and the chunks."""
+    return prompt.layout.tail_start
+
+
+def sharing(steps: dict[str, list], n_shared: int) -> dict:
+    """What the readers' hooked step records (name -> RequestSteps in step order, first reader
+    first) say about the corpus blocks: their physical ids, whether every row at every step
+    names the same ones, whether every masked kernel row reads its kept corpus blocks from
+    them, and how many prompt tokens each reader's first step found already computed."""
+    rows = [s.staged_row[:n_shared] for ss in steps.values() for s in ss
+            if s.staged_row is not None]
+    shared = rows[0] if rows else np.zeros(0, np.int32)
+    rows_equal = bool(rows) and all(len(r) == n_shared and np.array_equal(r, shared)
+                                    for r in rows)
+    focus_steps = kernel_ok = 0
+    for ss in steps.values():
+        for s in ss:
+            if s.kept_logical is None or s.staged_row is None:
+                continue
+            focus_steps += 1
+            kept = np.asarray(s.kept_logical)
+            corpus = kept[kept < n_shared]
+            read = np.asarray(s.read_row)[:len(kept)]        # a builder's row may be padded
+            kernel_ok += bool(np.array_equal(read[:len(corpus)], shared[corpus]))
+    cached = {name: int(ss[0].seq_len - ss[0].query_len) for name, ss in steps.items() if ss}
+    later = list(cached.values())[1:]
+    block = next((s.block_size for ss in steps.values() for s in ss), 0)
+    passed = (rows_equal and focus_steps > 0 and kernel_ok == focus_steps and bool(later)
+              and all(c >= n_shared * block for c in later))
+    return {"passed": passed, "corpus_blocks": n_shared,
+            "physical_ids": [int(b) for b in shared], "rows_equal": rows_equal,
+            "focus_steps": focus_steps, "kernel_rows_in_corpus": kernel_ok,
+            "cached_tokens": cached}
