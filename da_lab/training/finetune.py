@@ -70,9 +70,12 @@ def make_batch(job: dict) -> dict:
         rng = rng_for(job["seed"], TRAIN, job["step"] * job["batch"] + j)
         t_lo, t_hi = job["drill_turns"]
         turns = int(rng.integers(t_lo, t_hi + 1)) if rng.random() < job["drill_p"] else 1
+        # A share in the paper's protocol (one turn); no draw at 0, so card runs replay.
+        paper = job.get("paper", 0) > 0 and rng.random() < job["paper"]
         samples.append(G.make_sample(rng, context=(max(lo, int(ctx * 0.85)), ctx),
-                                     n_chunks=job["chunks"], turns=turns, tok=tok,
-                                     mix=tuple(job["mix"])))
+                                     n_chunks=job["chunks"], turns=1 if paper else turns,
+                                     tok=tok, mix=tuple(job["mix"]),
+                                     protocol="paper" if paper else "card"))
     return collate(samples, tok.pad_id, BLOCK)
 
 
@@ -114,6 +117,9 @@ def parse_args(argv=None):
     ap.add_argument("--mix", default=f"{G.TRAIN_MIX[0]},{G.TRAIN_MIX[1]}",
                     help="p_local,p_multi: training samples' share of no-document and "
                          "two-document questions (held-out prompts keep nl_gen's own)")
+    ap.add_argument("--paper", type=float, default=0.0,
+                    help="share of samples in the paper's protocol (Magic Chunk prompt, "
+                         "closing tags, <answer>; nl_paper), the rest in the card's")
     ap.add_argument("--device", default=None, help="cuda | cpu (default: cuda if available)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="smollm2-da", help="output folder (delta + training.json)")
@@ -246,7 +252,7 @@ def run(argv=None):
         return {"seed": args.seed, "step": s, "batch": args.batch, "tok": tok_dir,
                 "batch_tokens": args.batch_tokens, "context": ctx, "chunks": chunks,
                 "drill_p": args.drill_p, "drill_turns": _pair(args.drill_turns),
-                "mix": _mix(args.mix)}
+                "mix": _mix(args.mix), "paper": args.paper}
 
     batches = Batches(job, args.steps, workers, ahead=max(8, 2 * workers), make=make_batch)
     try:

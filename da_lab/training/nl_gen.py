@@ -36,6 +36,7 @@ from functools import lru_cache
 
 from da_lab.core.tags import Directive, Mode, tag_text
 from da_lab.training import domains_heldout, domains_orgs, domains_places, domains_things
+from da_lab.training import nl_paper as P
 from da_lab.training import nl_task as N
 from da_lab.training import nl_values as V
 from da_lab.training.nl_docs import document
@@ -165,11 +166,16 @@ def _size(rng, n_chunks, context) -> tuple[int, int]:
 
 def make_sample(rng, *, heldout: bool = False, split: str = "train", kind: str | None = None,
                 n_chunks=None, context=None, turns: int = 1, tok=None,
-                mix: tuple[float, float] | None = None) -> Sample:
+                mix: tuple[float, float] | None = None, protocol: str = "card") -> Sample:
     """One sample from `rng` (see the module docstring). `split` picks the domains, `heldout`
     the names and values; n_chunks / context are numbers or (lo, hi) ranges; `mix` is
-    (p_local, p_multi), default (P_LOCAL, P_MULTI)."""
+    (p_local, p_multi), default (P_LOCAL, P_MULTI). `protocol="paper"`: the paper's Magic
+    Chunk prompt and a reply in its tags (nl_paper; one turn)."""
+    if protocol not in ("card", "paper") or (protocol == "paper" and turns > 1):
+        raise ValueError(f"protocol {protocol!r} with {turns} turns: card (any turns) or "
+                         "paper (one turn)")
     tok = tok or N.tokens()
+    build = N.paper_user_prompt if protocol == "paper" else N.user_prompt
     doms = domains(split)
     n, budget = _size(rng, n_chunks, context)
     p_local, p_multi = mix or (P_LOCAL, P_MULTI)
@@ -183,22 +189,27 @@ def make_sample(rng, *, heldout: bool = False, split: str = "train", kind: str |
     texts = _texts(rng, ents, chunk_of, attr, targets, budget)
     while True:
         try:
-            prompt = N.user_prompt(texts, q, tok)
+            prompt = build(texts, q, tok)
             break
         except ValueError:
             budget = max(30, int(budget * 0.85))
             texts = _texts(rng, ents, chunk_of, attr, targets, budget)
     directive = (Directive(Mode.LOCAL) if not targets else
                  Directive(Mode.FOCUS, chunks=tuple(chunk_of[:targets])))
-    tag = tag_text(directive)
-    resp, tags, written = _response(tok, tag, directive, reply)
+    if protocol == "paper":
+        facts = P.facts_for(texts, directive.chunks, vals, reply) if targets else []
+        resp, tags, _ = P.reply(tok, directive, facts, reply)
+        tag, written = tag_text(directive, "paper"), [True] * len(resp)
+    else:
+        tag = tag_text(directive)
+        resp, tags, written = _response(tok, tag, directive, reply)
     drills = [_drill(rng, tok, ents, chunk_of, texts, attr, heldout, resp, tags, written)
               for _ in range(1, turns)]
     cands = sorted({_norm(e["values"][attr]["text"]) for e in ents if e["dom"] is asked}
                    if targets else {_norm(v) for v in vals})
     meta = {"question": q, "domain": asked.key if asked else None, "attr": attr or "local",
             "values": vals, "candidates": cands, "n_chunks": n, "heldout": heldout,
-            "split": split, "names": [e["name"] for e in ents],
+            "split": split, "protocol": protocol, "names": [e["name"] for e in ents],
             "targets": [e["name"] for e in ents[:targets]],
             "entity_domains": [e["dom"].key for e in ents],
             "documents": list(texts),
@@ -210,7 +221,7 @@ def make_sample(rng, *, heldout: bool = False, split: str = "train", kind: str |
     return Sample(prompt, resp, tag, directive, reply, kind, tags[0][0],
                   tuple(_norm(v) for v in vals), meta,
                   loss_mask=tuple(written) if turns > 1 else (),
-                  tags=tuple(tags) if turns > 1 else ())
+                  tags=tuple(tags) if turns > 1 or protocol == "paper" else ())
 
 
 def _texts(rng, ents, chunk_of, attr, targets, budget) -> list[str]:

@@ -1,0 +1,133 @@
+"""Training samples in the paper's protocol (nl_gen.make_sample(protocol="paper"), nl_paper):
+the Magic Chunk prompt of unpadded spans, a reply that focuses, closes, ends in <local> with the
+answer in <answer>; the tag effects the sample lists are what the real tag machine reads from
+its tokens, the eval reads back the sample's chunks and answer, and the training mask is the
+oracle's matrix of the hook's history for those tags."""
+
+import pytest
+
+from da_lab.core.tags import Directive, Mode, TagStream
+from da_lab.training import nl_gen as G
+from da_lab.training import nl_paper as P
+from da_lab.training import nl_task as N
+from da_lab.training.evaluate import answer_text
+
+SMALL = {"context": (900, 1400), "n_chunks": (4, 10)}
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return N.tokens()
+
+
+@pytest.fixture(scope="module")
+def samples(tok):
+    out = [G.sample(5, i, G.HELDOUT, protocol="paper", **SMALL) for i in range(30)]
+    out += [G.sample(5, i, G.HELDOUT, "heldout", protocol="paper", **SMALL) for i in range(20)]
+    return out
+
+
+def _effects(tokens, tok, n_chunks):
+    """(output index, directive in force from there on) at every change, read by the tag
+    machine from the decoded output one token more at a time."""
+    out, last = [], Directive()
+    for k in range(len(tokens)):
+        stream = TagStream(n_chunks=n_chunks)
+        stream.feed(tok.decode(tokens[: k + 1]))
+        if stream.directive != last:
+            out.append((k, stream.directive))
+            last = stream.directive
+    return out
+
+
+def test_the_prompt_is_the_papers_and_every_kind_is_drawn(samples):
+    assert {s.kind for s in samples} == {"single", "multi", "local"}
+    for s in samples:
+        lay = s.prompt.layout
+        assert lay.unaligned and lay.n_chunks == s.meta["n_chunks"]
+        assert s.meta["protocol"] == "paper"
+        text = N.tokens().decode(s.prompt.token_ids)
+        assert "Magic Chunk 1:" in text and "Instructions:" in text and "Question:" in text
+
+
+def test_the_listed_tag_effects_are_what_the_tag_machine_reads(tok, samples):
+    for s in samples:
+        got = _effects(s.response_ids, tok, s.prompt.layout.n_chunks)
+        assert got == list(s.all_tags), tok.decode(s.response_ids)
+        assert s.all_tags[0] == (s.tag_close, s.directive)
+        modes = [d.mode for _, d in s.all_tags]
+        # focus (when a chunk is needed), back to global, then <local> ... </local>
+        assert modes[-2:] == [Mode.LOCAL, Mode.GLOBAL]
+        assert modes[:-2] == ([] if s.kind == "local" else [Mode.FOCUS, Mode.GLOBAL])
+
+
+def test_the_eval_reads_back_the_chunks_and_a_correct_answer(tok, samples):
+    for s in samples:
+        text = tok.decode(s.response_ids)
+        directive, answer = answer_text(text, s.prompt.layout.n_chunks, "paper")
+        assert directive == s.directive and answer == s.answer
+        assert s.kind == "local" or N.answer_correct(answer, s), (answer, s.keys)
+
+
+def test_focus_copies_its_evidence_from_the_named_documents(tok, samples):
+    found = 0
+    for s in samples:
+        if s.kind == "local":
+            continue
+        focused = tok.decode(s.response_ids).split(">", 1)[1].split("</focus>")[0]
+        docs = [s.meta["documents"][c - 1] for c in s.directive.chunks]
+        facts = P.facts_for(s.meta["documents"], s.directive.chunks,
+                            list(s.meta["values"]), s.answer)
+        assert focused == " ".join(facts)
+        for fact, doc in zip(facts, docs, strict=True):
+            if fact != s.answer:
+                assert fact in doc
+                found += 1
+    assert found >= 25          # the fallback (the reply itself) is rare
+
+
+def test_the_training_mask_is_the_oracle_of_the_hook_history(tok, samples):
+    import torch
+
+    from da_lab.checks.oracle import mask_matrix
+    from da_lab.core.layout import BLOCK_SIZE
+    from da_lab.core.mask import kept_blocks
+    from da_lab.training import train as R
+
+    part = [s for s in samples if s.kind == "multi"][:2] + samples[:3]
+    b = R.collate(part, tok.pad_id, BLOCK_SIZE)
+    dense = R.dense_mask(torch.from_numpy(b["row_seg"]), torch.from_numpy(b["seg_visible"]),
+                         b["ids"].shape[1], BLOCK_SIZE)[:, 0].numpy()
+    for k, s in enumerate(part):
+        n = len(s.ids)
+        ref = mask_matrix(n, R.hook_history(s.prompt.layout, s.all_tags, n), BLOCK_SIZE)
+        assert (dense[k, :n, :n] == ref).all()
+        # Under the focus a block the mask hides is hidden; after </focus> it is back.
+        if s.directive.mode is Mode.FOCUS:
+            P0 = s.prompt.layout.prompt_len
+            kept = set(kept_blocks(s.directive, s.prompt.layout, P0 + s.tag_close + 1, 1))
+            col = min(set(range(P0 // BLOCK_SIZE)) - kept) * BLOCK_SIZE
+            assert not dense[k, P0 + s.tag_close, col] and dense[k, P0 + s.tag_close - 1, col]
+            assert dense[k, P0 + s.all_tags[1][0], col]
+
+
+def test_the_paper_protocol_has_one_turn():
+    with pytest.raises(ValueError, match="paper"):
+        G.sample(5, 0, G.HELDOUT, protocol="paper", turns=2, **SMALL)
+    with pytest.raises(ValueError, match="protocol"):
+        G.sample(5, 0, G.HELDOUT, protocol="xml", **SMALL)
+
+
+def test_finetune_mixes_in_the_share_asked_and_replays_card_runs(tok):
+    from da_lab.engine.models import model_path
+    from da_lab.training.finetune import make_batch
+
+    job = {"seed": 0, "step": 1, "batch": 6, "tok": str(model_path("smollm2")),
+           "batch_tokens": 12000, "context": (900, 1400), "chunks": (4, 10), "drill_p": 0.5,
+           "drill_turns": (2, 3), "mix": (0.15, 0.3)}
+    card = make_batch(job)
+    assert (make_batch({**job, "paper": 0.0})["ids"] == card["ids"]).all()   # no extra draw
+    paper = make_batch({**job, "paper": 1.0})
+    texts = [tok.decode(row) for row in paper["ids"]]
+    assert all("Magic Chunk 1:" in t and "<answer>" in t for t in texts)
+    assert not any("Magic Chunk" in tok.decode(row) for row in card["ids"])
