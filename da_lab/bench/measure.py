@@ -130,13 +130,13 @@ class Measuring:
             da_ids.append(da_id)
         return da_ids
 
-    def warm_prefix(self, rid: str, corpus: list[int]) -> float:
+    def warm_prefix(self, req_id: str, corpus: list[int]) -> float:
         """Prefill the corpus alone (no DA: one token, then done) so that it sits in the prefix
         cache before the batch arrives, as a corpus many readers ask about would; seconds."""
         from vllm import SamplingParams
 
         t0 = time.perf_counter()
-        self.engine.add_request(rid, {"prompt_token_ids": corpus},
+        self.engine.add_request(req_id, {"prompt_token_ids": corpus},
                                 SamplingParams(temperature=0.0, max_tokens=1, detokenize=False))
         while self.engine.has_unfinished_requests():
             self.step()
