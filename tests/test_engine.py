@@ -147,9 +147,13 @@ def test_prefix_cache_cap_applies_only_to_da_requests():
 
     from da_lab.hook.prefix_cache import _cap
 
-    da = NS(sampling_params=NS(extra_args={"da_layout": {}}), num_prompt_tokens=813)
-    plain = NS(sampling_params=NS(extra_args=None), num_prompt_tokens=813)
+    da = NS(sampling_params=NS(extra_args={"da_layout": {}}), num_prompt_tokens=813,
+            num_preemptions=0)
+    plain = NS(sampling_params=NS(extra_args=None), num_prompt_tokens=813, num_preemptions=0)
     assert _cap(da, 900) == 813 and _cap(da, 500) == 500 and _cap(plain, 900) == 900
+    preempted = NS(**{**vars(da), "num_preemptions": 1})
+    assert _cap(preempted, 900) == 0 and _cap(NS(**{**vars(plain), "num_preemptions": 1}),
+                                              900) == 900
 
 
 STOCK = textwrap.dedent("""

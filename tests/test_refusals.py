@@ -49,20 +49,24 @@ def test_precheck_names_the_reason(tiny_model, tmp_path):
 def test_speculative_decoding_is_refused():
     from da_lab.hook.runners.common import DAUnsupported, check_groups, check_specs
 
-    cfg = NS(model_config=NS(model="m"), speculative_config=object(),
-             parallel_config=NS(decode_context_parallel_size=1))
+    def pc(**kw):     # a ParallelConfig with every attribute check_specs reads (needs.py)
+        return NS(**{"decode_context_parallel_size": 1, "prefill_context_parallel_size": 1,
+                     "use_ubatching": False, "pipeline_parallel_size": 1, **kw})
+
+    cfg = NS(model_config=NS(model="m"), speculative_config=object(), parallel_config=pc())
     with pytest.raises(DAUnsupported, match="speculative decoding"):
         check_specs(cfg, {})
     with pytest.raises(DAUnsupported, match="2 KV-cache groups"):
         check_groups(cfg, NS(kv_cache_groups=[1, 2]))
-    cfg = NS(model_config=NS(model="m"), speculative_config=None,
-             parallel_config=NS(decode_context_parallel_size=2))
-    with pytest.raises(DAUnsupported, match="context parallelism"):
-        check_specs(cfg, {})
-    cfg = NS(model_config=NS(model="m"), speculative_config=None,
-             parallel_config=NS(decode_context_parallel_size=1, pipeline_parallel_size=2))
-    with pytest.raises(DAUnsupported, match="pipeline parallelism"):
-        check_specs(cfg, {})
+    for kw, why in (({"decode_context_parallel_size": 2}, "context parallelism"),
+                    ({"prefill_context_parallel_size": 2}, "context parallelism"),
+                    ({"use_ubatching": True}, "micro-batching"),
+                    ({"pipeline_parallel_size": 2}, "pipeline parallelism")):
+        cfg = NS(model_config=NS(model="m"), speculative_config=None, parallel_config=pc(**kw))
+        with pytest.raises(DAUnsupported, match=why):
+            check_specs(cfg, {})
+    check_specs(NS(model_config=NS(model="m"), speculative_config=None, parallel_config=pc()),
+                {})
 
 
 HOOKED = textwrap.dedent("""

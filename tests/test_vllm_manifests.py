@@ -4,6 +4,7 @@ sources by da_lab/checks/manifest.py), every CommonAttentionMetadata field class
 difference's evidence holding in exactly the releases it names; the load/warn/refuse decision
 as a pure function of version strings; and the checker itself on a small source tree."""
 
+import ast
 import json
 import logging
 import textwrap
@@ -12,8 +13,18 @@ from pathlib import Path
 import pytest
 
 from da_lab.checks import manifest
-from da_lab.hook.runners import cm_fields, releases
-from da_lab.hook.runners.needs import CM, DIFFERENCES, RELEASES, V1, in_range, need, needs_for
+from da_lab.engine import kvmap
+from da_lab.hook.runners import cm_fields, needs, releases
+from da_lab.hook.runners.needs import (
+    CM,
+    DIFFERENCES,
+    NEEDS,
+    RELEASES,
+    V1,
+    in_range,
+    need,
+    needs_for,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,6 +61,51 @@ def test_each_difference_holds_in_exactly_its_releases():
             if holds != in_range(v, d.versions):
                 wrong.append(f"{d.name}: {v} {'has' if holds else 'lacks'} it")
     assert not wrong, "\n".join(wrong)
+
+
+# ---- what the driver side reads of vLLM's scheduler ------------------------------------------
+_CONTAINER_METHODS = {m for t in (dict, list, set, tuple, str) for m in dir(t)
+                      if not m.startswith("_")}
+
+
+def vllm_reads(source: str, vllm_names: dict[str, str], own: tuple[str, ...] = ("self",)):
+    """(declared, undeclared, unplaced) attribute reads of `source`: a read on a local name of
+    `vllm_names` is `Class.attr` of that name's class and must be a declared need; a read on
+    `own` names or a container method (get, items, ...) is the module's own; anything else is
+    unplaced (a vLLM object reached some other way: bind it to one of the names first)."""
+    declared = {n.symbol for n in NEEDS if n.kind in ("attribute", "function")}
+    ok, bad, unplaced = set(), set(), set()
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load):
+            continue
+        v = node.value
+        if isinstance(v, ast.Name) and v.id in vllm_names:
+            sym = f"{vllm_names[v.id]}.{node.attr}"
+            (ok if sym in declared else bad).add(sym)
+        elif not (isinstance(v, ast.Name) and v.id in own) and node.attr not in _CONTAINER_METHODS:
+            unplaced.add(f"line {node.lineno}: {ast.unparse(node)}")
+    return ok, bad, unplaced
+
+
+def test_the_kv_map_reads_only_declared_vllm_attributes():
+    """engine/kvmap.py (diagram 2's physical KV map) reads vLLM's scheduler only through
+    attributes declared in needs.py, which every release's manifest is checked against above:
+    a vLLM that drops one fails that test instead of emptying the map."""
+    src = (ROOT / "da_lab" / "engine" / "kvmap.py").read_text()
+    ok, bad, unplaced = vllm_reads(src, kvmap.VLLM_NAMES, own=("self", "h"))
+    assert not bad, f"declare these in hook/runners/needs.py: {sorted(bad)}"
+    assert not unplaced, f"reads kvmap.VLLM_NAMES can't place: {sorted(unplaced)}"
+    assert len(ok) >= 14 and f"{needs.POOL}.blocks" in ok
+    assert "getattr(" not in src, "a vLLM attribute read with a silent default"
+
+
+def test_the_kv_map_scan_catches_an_undeclared_read():
+    names = {"pool": needs.POOL, "b": needs.BLOCK}
+    ok, bad, unplaced = vllm_reads("pool.blocks\npool.free_block_queue\nb.ref_cnt\n"
+                                   "x = pool.blocks[0].ref_cnt\nd.items()\n", names)
+    assert ok == {f"{needs.POOL}.blocks"}
+    assert bad == {f"{needs.POOL}.free_block_queue", f"{needs.BLOCK}.ref_cnt"}
+    assert unplaced == {"line 4: pool.blocks[0].ref_cnt"}
 
 
 # ---- the decision at plugin load -------------------------------------------------------------

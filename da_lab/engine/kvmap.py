@@ -4,6 +4,13 @@ are free, which hold a prefix-cache hash. Read from vLLM's KVCacheManager (sched
 Only changes are kept per step, so a trace of a 100k-block cache stays small. `snapshot` +
 `diff` read the whole pool (the reference, and what tests compare against); `KVTracker` gives
 the same changes step by step while looking only at blocks that can have changed.
+
+Every attribute read here on a vLLM object is declared in hook/runners/needs.py (the "kvmap"
+needs) and so checked against every release's manifest: vLLM's objects are held only in the
+local names of `VLLM_NAMES`, and tests/test_vllm_manifests.py reads this module with `ast` and
+fails on an attribute read of one of them that is not declared, or on a read of anything else
+it can't place. No read has a silent default: a vLLM without one fails here, loudly, instead
+of drawing an empty KV map.
 """
 
 from __future__ import annotations
@@ -11,6 +18,21 @@ from __future__ import annotations
 from collections import defaultdict
 
 from da_lab.core.wire import EXTRA_ID
+from da_lab.hook.runners.needs import (
+    BLOCK,
+    COORDINATOR,
+    CORE,
+    KV_MANAGER,
+    POOL,
+    REQUEST,
+    SAMPLING,
+    SCHED,
+    SINGLE_TYPE,
+)
+
+# The local names that hold vLLM's objects in this module, and their classes.
+VLLM_NAMES = {"core": CORE, "sched": SCHED, "mgr": KV_MANAGER, "coord": COORDINATOR,
+              "stm": SINGLE_TYPE, "pool": POOL, "b": BLOCK, "req": REQUEST, "sp": SAMPLING}
 
 
 def _name(sched, req_id: str) -> str:
@@ -18,18 +40,24 @@ def _name(sched, req_id: str) -> str:
     req = sched.requests.get(req_id)
     if req is None:
         return req_id
-    ex = req.sampling_params.extra_args if req.sampling_params is not None else None
+    sp = req.sampling_params
+    ex = sp.extra_args if sp is not None else None
     return str((ex or {}).get(EXTRA_ID, req_id))
 
 
-def snapshot(engine_core) -> dict[int, tuple[tuple[str, ...], bool]]:
-    """{physical block id: (owner request ids, prefix-cached)} for every block but the null one."""
-    sched = engine_core.scheduler
+def _parts(core):
+    """(scheduler, its KV-cache manager's coordinator, block pool) of an EngineCore."""
+    sched = core.scheduler
     mgr = sched.kv_cache_manager
-    pool = mgr.block_pool
+    return sched, mgr.coordinator, mgr.block_pool
+
+
+def snapshot(core) -> dict[int, tuple[tuple[str, ...], bool]]:
+    """{physical block id: (owner request ids, prefix-cached)} for every block but the null one."""
+    sched, coord, pool = _parts(core)
     names = {req_id: _name(sched, req_id) for req_id in sched.requests}
     owners: dict[int, list[str]] = defaultdict(list)
-    for stm in mgr.coordinator.single_type_managers:
+    for stm in coord.single_type_managers:
         for req_id, blocks in stm.req_to_blocks.items():
             for b in blocks:
                 if not b.is_null:
@@ -89,8 +117,8 @@ class KVTracker:
     never saw) is read in full, as is any step after `invalidate()`.
     """
 
-    def __init__(self, engine_core) -> None:
-        self.core = engine_core
+    def __init__(self, core) -> None:
+        self.core = core
         # Only blocks that are owned or cached are kept: absent means ((), False).
         self.map: dict[int, tuple[tuple[str, ...], bool]] = {}
         self._owners: dict[int, list[str]] = {}        # block id -> owner names, unsorted
@@ -111,11 +139,9 @@ class KVTracker:
 
     def update(self) -> dict:
         """The changes since the last update, exactly as `diff` of two snapshots gives them."""
-        sched = self.core.scheduler
-        mgr = sched.kv_cache_manager
-        pool = mgr.block_pool
-        hash_map = getattr(pool, "cached_block_hash_to_block", None)
-        finished = getattr(sched, "finished_req_ids", None) or ()
+        sched, coord, pool = _parts(self.core)
+        hash_map = pool.cached_block_hash_to_block
+        finished = sched.finished_req_ids
         full = (self._full or hash_map is not self._hash_map
                 or any(req_id not in self._req_ids for req_id in finished))
         touched: dict[int, object] = {}     # block id -> block whose state may have changed
@@ -123,10 +149,10 @@ class KVTracker:
             self.full_reads += 1
             self._owners, self._held = {}, {}
             touched = {b.block_id: b for b in pool.blocks if not b.is_null}
-        caching = getattr(pool, "enable_caching", True)
+        caching = pool.enable_caching
         owners = self._owners
         held: dict[tuple[int, str], _Held] = {}
-        for g, stm in enumerate(mgr.coordinator.single_type_managers):
+        for g, stm in enumerate(coord.single_type_managers):
             for req_id, blocks in stm.req_to_blocks.items():
                 key = (g, req_id)
                 h = self._held.pop(key, None)
@@ -144,7 +170,9 @@ class KVTracker:
                 if caching:
                     # Hashes are set past the hashed prefix only; a held block keeps its hash.
                     k = h.unhashed
-                    while k < n and blocks[k].block_hash is not None:
+                    for b in blocks[k:n]:
+                        if b.block_hash is None:
+                            break
                         k += 1
                     for b in blocks[h.unhashed:n]:
                         if b.block_hash is not None and not b.is_null:

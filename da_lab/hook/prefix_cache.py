@@ -22,10 +22,12 @@ from da_lab.core.wire import EXTRA_LAYOUT
 
 
 def _cap(request, num_tokens: int) -> int:
-    sp = getattr(request, "sampling_params", None)
+    """What `request` (a vLLM Request: its attributes read here are needs.py's, no defaults)
+    may offer the prefix cache of its first `num_tokens` tokens."""
+    sp = request.sampling_params
     ex = sp.extra_args if sp is not None else None
     if ex and EXTRA_LAYOUT in ex:
-        if getattr(request, "num_preemptions", 0) > 0:
+        if request.num_preemptions > 0:
             return 0     # below what is cached already: cache_blocks adds nothing
         return min(num_tokens, request.num_prompt_tokens)
     return num_tokens

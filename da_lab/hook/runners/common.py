@@ -43,14 +43,13 @@ def check_specs(vllm_config, specs: dict) -> None:
         raise DAUnsupported(f"{name}: speculative decoding is not supported by the DA hook "
                             "(draft tokens would be verified against a different mask)")
     pc = vllm_config.parallel_config
-    if getattr(pc, "decode_context_parallel_size", 1) > 1 or \
-            getattr(pc, "prefill_context_parallel_size", 1) > 1:
+    if pc.decode_context_parallel_size > 1 or pc.prefill_context_parallel_size > 1:
         raise DAUnsupported(f"{name}: context parallelism shards each row's KV across ranks; "
                             "the DA hook needs whole rows")
-    if getattr(pc, "use_ubatching", False):
+    if pc.use_ubatching:
         raise DAUnsupported(f"{name}: micro-batching (--enable-dbo / ubatch_size > 1) splits "
                             "each step's rows across builders; the DA hook edits whole steps")
-    if getattr(pc, "pipeline_parallel_size", 1) > 1:
+    if pc.pipeline_parallel_size > 1:
         raise DAUnsupported(f"{name}: pipeline parallelism: only the last stage samples tokens, "
                             "so earlier stages could not see the tags; the DA hook supports "
                             "tensor and data parallelism")
@@ -89,14 +88,14 @@ def note_runner(runner, attn_groups) -> None:
     """After initialize_kv_cache: what the runner tells us (EngineFacts, once), and patch every
     attention backend's builder."""
     backends = [g.backend.get_name() for groups in attn_groups for g in groups]
-    sched = getattr(getattr(runner, "vllm_config", None), "scheduler_config", None)
+    sched = runner.vllm_config.scheduler_config
     SESSION.learn(EngineFacts(
         vllm=releases.engine_name(),
         runner_class=f"{type(runner).__module__}.{type(runner).__qualname__}",
         device=runner.device.type, backend=backends[-1] if backends else "",
         tokenizer_path=runner.model_config.tokenizer,
         vocab_size=runner.model_config.get_vocab_size(),
-        token_lag=1 if getattr(sched, "async_scheduling", False) else 0))
+        token_lag=1 if sched.async_scheduling else 0))
     for groups in attn_groups:
         for g in groups:
             builder = g.get_metadata_builder()

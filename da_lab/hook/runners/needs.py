@@ -1,9 +1,10 @@
 """What the DA hook relies on in vLLM, declared once: every module, class, method signature and
-attribute the adapters (and the engine side's accessors) touch, with the releases each applies
-to. Two readers: the runtime (`live.py`, when the plugin loads) checks what Python can see on
-the live classes; the static checker (`da_lab/checks/manifest.py`) reads a wheel's sources with
-`ast`, and the test over the committed manifests (tests/test_vllm_manifests.py) checks every
-need against every release it applies to. A symbol is `module:Qualified.name`.
+attribute the adapters (and the engine side: its accessors, and the KV map, engine/kvmap.py)
+touch, with the releases each applies to. Two readers: the runtime (`live.py`, when the plugin
+loads) checks what Python can see on the live classes; the static checker
+(`da_lab/checks/manifest.py`) reads a wheel's sources with `ast`, and the test over the
+committed manifests (tests/test_vllm_manifests.py) checks every need against every release it
+applies to. A symbol is `module:Qualified.name`.
 
 `DIFFERENCES` are the 0.26 -> 0.33 changes that matter to the hook, each with evidence that
 holds in exactly the releases named (the test checks both directions, so a range that is off
@@ -54,6 +55,16 @@ V2 = "vllm.v1.worker.gpu.model_runner:GPUModelRunner"
 CM = "vllm.v1.attention.backend:CommonAttentionMetadata"
 BUILDER = "vllm.v1.attention.backend:AttentionMetadataBuilder"
 GROUP = "vllm.v1.worker.utils:AttentionGroup"
+# The scheduler side, read by engine/kvmap.py (diagram 2's physical KV map) and access.py.
+CORE = "vllm.v1.engine.core:EngineCore"
+SCHED = "vllm.v1.core.sched.scheduler:Scheduler"
+KV_MANAGER = "vllm.v1.core.kv_cache_manager:KVCacheManager"
+COORDINATOR = "vllm.v1.core.kv_cache_coordinator:KVCacheCoordinator"
+SINGLE_TYPE = "vllm.v1.core.single_type_kv_cache_manager:SingleTypeKVCacheManager"
+POOL = "vllm.v1.core.block_pool:BlockPool"
+BLOCK = "vllm.v1.core.kv_cache_utils:KVCacheBlock"
+REQUEST = "vllm.v1.request:Request"
+SAMPLING = "vllm.sampling_params:SamplingParams"
 
 
 def _n(who, symbol, kind="function", **kw) -> Need:
@@ -65,6 +76,10 @@ NEEDS: tuple[Need, ...] = (
     _n("common", "vllm.v1.kv_cache_interface:FullAttentionSpec", "class",
        why="the one KV-cache kind a kernel row can express"),
     _n("common", "vllm.v1.kv_cache_interface:KVCacheConfig.kv_cache_groups", "attribute"),
+    _n("common", "vllm.v1.kv_cache_interface:KVCacheConfig.num_blocks", "attribute",
+       why="a server trace's num_blocks (the runners' view)"),
+    _n("common", SAMPLING + ".extra_args", "attribute",
+       why="a request's layout and da_id (the runners, engine/kvmap.py)"),
     _n("common", "vllm.config.vllm:VllmConfig.speculative_config", "attribute"),
     _n("common", "vllm.config.parallel:ParallelConfig.decode_context_parallel_size",
        "attribute"),
@@ -102,6 +117,9 @@ NEEDS: tuple[Need, ...] = (
     _n("v1", "vllm.v1.worker.gpu_input_batch:CachedRequestState.sampling_params", "attribute"),
     _n("v1", "vllm.v1.worker.gpu_input_batch:CachedRequestState.prompt_token_ids",
        "attribute"),
+    _n("v1", "vllm.v1.worker.gpu_input_batch:CachedRequestState.block_ids", "attribute",
+       why="a server trace's KV map (v1.request_blocks)"),
+    _n("v1", V1 + ".kv_cache_config", "attribute", why="a server trace's num_blocks"),
     _n("v1", "vllm.v1.worker.block_table:MultiGroupBlockTable.__getitem__"),
     _n("v1", "vllm.v1.worker.block_table:BlockTable.get_numpy_array"),
     _n("v1", "vllm.v1.outputs:SamplerOutput.sampled_token_ids", "attribute"),
@@ -125,6 +143,7 @@ NEEDS: tuple[Need, ...] = (
     _n("v2", V2 + ".req_states", "attribute"),
     _n("v2", V2 + ".block_tables", "attribute"),
     _n("v2", V2 + ".attn_groups", "attribute"),
+    _n("v2", V2 + ".kv_cache_config", "attribute", why="a server trace's num_blocks"),
     _n("v2", "vllm.v1.worker.gpu.states:RequestState.req_id_to_index", "attribute"),
     _n("v2", "vllm.v1.worker.gpu.block_table:BlockTables.append_block_ids",
        first=("req_index", "new_block_ids", "overwrite")),
@@ -141,18 +160,40 @@ NEEDS: tuple[Need, ...] = (
     # prefix_cache.py, service.py
     _n("prefix_cache", "vllm.v1.core.kv_cache_coordinator:KVCacheCoordinator.cache_blocks",
        first=("request", "num_computed_tokens")),
-    *(_n("prefix_cache", f"vllm.v1.request:Request.{a}", "attribute")
+    *(_n("prefix_cache", f"{REQUEST}.{a}", "attribute")
       for a in ("sampling_params", "num_preemptions", "num_prompt_tokens")),
     _n("service", "vllm.v1.worker.worker_base:WorkerBase", "class"),
     _n("service", "vllm.v1.core.sched.output:SchedulerOutput.finished_req_ids", "attribute"),
-    # the engine side (da_lab/engine/access.py, introspect.py)
+    # the engine side (da_lab/engine/access.py, introspect.py): where an in-process engine
+    # keeps its parts
+    _n("engine", "vllm.entrypoints.llm:LLM.llm_engine", "attribute"),
+    _n("engine", "vllm.v1.engine.llm_engine:LLMEngine.engine_core", "attribute"),
+    _n("engine", "vllm.v1.engine.llm_engine:LLMEngine.vllm_config", "attribute"),
+    _n("engine", "vllm.v1.engine.core_client:InprocClient.engine_core", "attribute",
+       why="the in-process client's EngineCore; other clients have none (multiprocessing)"),
+    _n("engine", CORE + ".model_executor", "attribute"),
+    _n("engine", "vllm.v1.executor.uniproc_executor:UniProcExecutor.driver_worker",
+       "attribute"),
+    _n("engine", "vllm.v1.worker.worker_base:WorkerWrapperBase.worker", "attribute"),
+    _n("engine", "vllm.v1.worker.gpu_worker:Worker.model_runner", "attribute"),
+    _n("engine", POOL + ".num_gpu_blocks", "attribute", why="access.num_kv_blocks"),
     _n("engine", "vllm.model_executor.layers.attention:Attention", "class"),
     _n("engine", "vllm.model_executor.layers.linear:LinearBase", "class"),
     _n("engine", "vllm.model_executor.custom_op:CustomOp", "class"),
-    _n("engine", "vllm.v1.core.kv_cache_utils:KVCacheBlock", "class",
-       why="engine/kvmap.py reads the pool's blocks (block_id, block_hash, is_null)"),
+    _n("engine", BLOCK, "class", why="engine/kvmap.py reads the pool's blocks"),
     _n("engine", "vllm.distributed.parallel_state:get_tp_group"),
     _n("engine", "vllm.sampling_params:RequestOutputKind", "class"),
+    # engine/kvmap.py: the physical KV map (diagram 2), read off the scheduler; every
+    # attribute it reads on these objects is declared here (tests/test_vllm_manifests.py)
+    _n("kvmap", CORE + ".scheduler", "attribute"),
+    *(_n("kvmap", f"{SCHED}.{a}", "attribute")
+      for a in ("requests", "kv_cache_manager", "finished_req_ids")),
+    *(_n("kvmap", f"{KV_MANAGER}.{a}", "attribute") for a in ("block_pool", "coordinator")),
+    _n("kvmap", COORDINATOR + ".single_type_managers", "attribute"),
+    _n("kvmap", SINGLE_TYPE + ".req_to_blocks", "attribute"),
+    *(_n("kvmap", f"{POOL}.{a}", "attribute")
+      for a in ("blocks", "cached_block_hash_to_block", "enable_caching")),
+    *(_n("kvmap", f"{BLOCK}.{a}", "attribute") for a in ("block_id", "block_hash", "is_null")),
 )
 
 

@@ -117,14 +117,13 @@ def _wrap_sample(orig):
 
 
 def request_blocks(runner) -> dict[str, tuple[int, ...]]:
-    """{request name: physical block ids} of every request the v1 runner holds. block_ids and
-    kv_cache_config are not in needs.py (no manifest records them yet): read defensively, a
-    trace's KV map goes empty rather than the server failing."""
+    """{request name: physical block ids} of every request the v1 runner holds (its first, and
+    only, KV-cache group's)."""
     out: dict[str, tuple[int, ...]] = {}
     for req_id, rs in runner.requests.items():
         sp = rs.sampling_params
         name = str(((sp.extra_args if sp is not None else None) or {}).get(EXTRA_ID, req_id))
-        ids = rs.block_ids[0] if getattr(rs, "block_ids", None) else ()
+        ids = rs.block_ids[0] if rs.block_ids else ()
         out[name] = tuple(int(b) for b in ids)
     return out
 
@@ -136,9 +135,8 @@ def view(runner) -> RunnerView:
         rs = runner.requests.get(req_id)
         return rs.sampling_params.max_tokens if rs is not None and rs.sampling_params else None
 
-    kv_cfg = getattr(runner, "kv_cache_config", None)
     return RunnerView(lambda: request_blocks(runner), max_tokens,
-                      int(getattr(kv_cfg, "num_blocks", 0) or 0))
+                      int(runner.kv_cache_config.num_blocks))
 
 
 WRAPS = (("_build_attention_metadata", _wrap_build_attention_metadata),

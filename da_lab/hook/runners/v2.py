@@ -131,11 +131,9 @@ def request_blocks(runner) -> dict[str, tuple[int, ...]]:
 
 
 def view(runner) -> RunnerView:
-    """What a server's trace reads off the V2 runner (no max_tokens: no SamplingParams kept;
-    kv_cache_config is not in needs.py, so read defensively)."""
-    kv_cfg = getattr(runner, "kv_cache_config", None)
+    """What a server's trace reads off the V2 runner (no max_tokens: no SamplingParams kept)."""
     return RunnerView(lambda: request_blocks(runner), lambda req_id: None,
-                      int(getattr(kv_cfg, "num_blocks", 0) or 0))
+                      int(runner.kv_cache_config.num_blocks))
 
 
 RUNNER_WRAPS = (("add_requests", _wrap_add_requests),
