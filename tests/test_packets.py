@@ -1,16 +1,22 @@
 """What the page decodes is the run: every shipped trace, encoded once per step by the kernel's
 side (packets.py) and decoded by the page's (static/store.js) in Chromium, equals the records'
-own JSON (`StepRecord.to_json()`), the numbers derived from them equal `RequestStep`'s, and the
-physical KV map the page replays equals `Trace.kv_map` after every step, forward and back.
+own JSON (`StepRecord.to_json()`), every field store.js derives from them equals `RequestStep`'s
+property of that name (their one owner; also over variants of each trace that hold what no
+shipped one does), and the physical KV map the page replays equals `Trace.kv_map` after every
+step, forward and back.
 Packets that overlap what the page has or leave a gap are refused, never applied twice."""
 
 import base64
+import copy
 import json
+from dataclasses import fields
 
+import numpy as np
 import pytest
 from da_lab_widgets.packets import MAGIC, RunEncoder, runs
 from page_lab import SHIPPED, TRACES, open_page, write_page
 
+from da_lab.core.record import RequestStep
 from da_lab.trace import load
 
 # The decoded steps as JSON, in the records' own shape (typed arrays as lists).
@@ -22,10 +28,10 @@ DECODED = """() => daLab.session.run.steps.map((r) => {
       Object.assign(o, { row: h.row, block_size: h.block_size, seq_len: h.seq_len,
         query_len: h.query_len, directive: h.directive, tag_buffer: h.tag_buffer,
         n_output_seen: h.n_output_seen, tokens_unseen: h.tokens_unseen, events: h.events });
-      for (const k of ["staged_row", "kept_logical", "built_row"]) if (h[k]) o[k] = arr(h[k]);
+      for (const k of ["staged_row", "kept_logical", "partial_logical", "built_row"]) {
+        if (h[k]) o[k] = arr(h[k]);
+      }
       if (h.built_seq_len !== null) o.built_seq_len = h.built_seq_len;
-      o.derived = [h.blocks_total, h.blocks_kept, h.attn_seq_len, h.blocks_read,
-                   arr(h.kernel_row), arr(h.read_row)];
     }
     if (h.new_token_ids !== null) Object.assign(o, { new_token_ids: h.new_token_ids,
       new_text: h.new_text, finished: h.finished });
@@ -54,11 +60,6 @@ def _expected(rec) -> dict:
     d["kv"] = {"assign": {str(k): v for k, v in (kv.get("assign") or {}).items()},
                **{k: sorted(int(b) for b in kv.get(k) or ()) for k in ("free", "cached",
                                                                          "uncached")}}
-    for h, r in zip(d["requests"], rec.requests, strict=True):
-        if r.hooked:
-            h["derived"] = [r.blocks_total, r.blocks_kept, r.attn_seq_len, r.blocks_read,
-                            None if r.kernel_row is None else r.kernel_row.tolist(),
-                            None if r.read_row is None else r.read_row.tolist()]
     return d
 
 
@@ -120,3 +121,63 @@ def test_a_decode_step_sends_no_block_id_and_runs_are_exact():
     h = rec.requests[0]
     assert h.query_len == 1 and len(h.staged_row) > 2000
     assert json.loads(text)["q"][0]["sr"] == [len(h.staged_row), 0] and data.size < 16
+
+
+# ---- the page's copy of RequestStep's derived fields (store.js derive()) ------------------------
+# Every property of RequestStep is derived: the page must derive each one, equal, and nothing of
+# its own but PAGE_ONLY. A property added to record.py and not to store.js fails here.
+DERIVED = sorted(n for n, v in vars(RequestStep).items() if isinstance(v, property))
+STORED = {f.name for f in fields(RequestStep)}
+PAGE_ONLY = {"partial": lambda r: [] if r.partial_logical is None
+             else sorted(r.partial_logical.tolist())}      # partial_logical as a Set
+
+DERIVED_IN_PAGE = """([header, packet, names]) => {
+  const run = new daLab.app.Run(header);
+  run.append(Uint8Array.from(atob(packet), (c) => c.charCodeAt(0)));
+  const val = (v) => (v instanceof Set ? [...v].sort((a, b) => a - b)
+    : ArrayBuffer.isView(v) ? Array.from(v) : v ?? null);
+  return run.steps.map((r) => r.requests.map((h) => [h.hooked, Object.keys(h).sort(),
+    Object.fromEntries(names.map((n) => [n, n in h ? val(h[n]) : null]))]));
+}"""
+
+
+def _varied(records: list) -> list:
+    """The records again with what no shipped trace holds, in turn over the hooked request
+    steps: partial blocks and a `built_row` other than the kernel row; no `built_seq_len`; no
+    directive and no staged row; every block hidden."""
+    out, k = copy.deepcopy(records), 0
+    for rec in out:
+        for h in (h for h in rec.requests if h.hooked):
+            k += 1
+            if k % 4 == 0:
+                if h.kept_logical is not None and len(h.kept_logical):
+                    h.partial_logical = h.kept_logical[:1].copy()
+                h.built_row = h.kernel_row[::-1] + 1
+            elif k % 4 == 1:
+                h.built_seq_len = None
+            elif k % 4 == 2:
+                h.directive, h.staged_row = None, None
+            else:
+                h.kept_logical = np.zeros(0, dtype=np.int64)
+    return out
+
+
+def test_the_page_derives_every_derived_field_as_request_step_does(shipped):
+    tr, page, _ = shipped
+    for records in (tr.records, _varied(tr.records)):
+        enc = RunEncoder(tr.header)
+        enc.extend(records)
+        packet = base64.b64encode(enc.packet()).decode()
+        names = DERIVED + sorted(PAGE_ONLY)
+        got = page.evaluate(DERIVED_IN_PAGE, [tr.header, packet, names])
+        for rec, steps in zip(records, got, strict=True):
+            for r, (hooked, keys, derived) in zip(rec.requests, steps, strict=True):
+                at = f"step {rec.step} {r.req}"
+                if hooked:
+                    assert set(keys) == STORED | set(DERIVED) | set(PAGE_ONLY), \
+                        f"{at}: store.js derives other fields than RequestStep's properties"
+                want = {n: getattr(r, n) for n in DERIVED}
+                want.update({n: f(r) if r.hooked else None for n, f in PAGE_ONLY.items()})
+                want = {n: v.tolist() if isinstance(v, np.ndarray) else v
+                        for n, v in want.items()}
+                assert derived == want, at

@@ -51,6 +51,10 @@ function kvOf(o, cur) {
 }
 
 // ---- a request's derived numbers (core/record.py RequestStep's properties) -------------------
+// RequestStep owns them; this is a checked copy. tests/test_packets.py derives every property of
+// RequestStep here, over every shipped trace and variants of it, and fails on any difference or
+// on a field one side has and the other lacks. A copy, not sent in packets: kernel_row and
+// read_row are whole rows every step, where a decode step now sends no block id at all.
 function derive(h) {
   if (!h.hooked) return h;
   const total = Math.ceil(h.seq_len / h.block_size);
