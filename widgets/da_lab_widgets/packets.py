@@ -2,7 +2,7 @@
 
 A packet is `b"DAL1"`, a little-endian u32 length, that many bytes of JSON (padded with spaces
 to a multiple of 4), then int32 data. The JSON holds the short things (ids, modes, tag text,
-counts); every array is in the data, read in a fixed order (static/store.js `decodePacket`
+counts); every array is in the data, read in a fixed order (static/store.js `readPacket`
 reads them back in the same order), so the JSON only says how long each one is:
 
     per request   the staged row as (blocks kept from the request's previous staged row, new
