@@ -177,6 +177,22 @@ def test_paper_protocol_lines(tmp_path):
     assert answer_text(reply, 2)[0].mode.value == "global"      # the card reads the first tag
 
 
+def test_generated_lines_in_the_paper_protocol_carry_it(capsys, tmp_path):
+    """`eval_prompts --protocol paper` writes the same prompts as the card's, marked "paper",
+    so both dialects are scored on one set of documents and questions."""
+    from da_lab.training import eval_prompts as EP
+
+    assert EP.main(["--n", "3", "--split", "heldout", "--set", "x"]) == 0
+    card = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert EP.main(["--n", "3", "--split", "heldout", "--set", "x", "--protocol", "paper"]) == 0
+    paper = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [r.pop("protocol") for r in paper] == ["paper"] * 3
+    assert "protocol" not in card[0] and paper == card
+    f = tmp_path / "p.jsonl"
+    f.write_text(json.dumps(dict(paper[0], protocol="paper")) + "\n")
+    assert "Magic Chunk 1:" in EP.N.tokens().tok.decode(EP.samples(f)[0].prompt.token_ids)
+
+
 @pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\u0085"])
 def test_a_line_holding_a_raw_unicode_line_separator_in_a_string_is_read(tmp_path, sep):
     """Lines end at "\n" only: str.splitlines() cut such a line in two ("not JSON")."""

@@ -6,7 +6,11 @@
 #   bench/models/smollm2_gpu.sh train    # -> $G/train.log, $G/smollm2-da/{delta.safetensors,training.json}
 #   bench/models/smollm2_gpu.sh eval     # -> $G/eval-new.json, $G/eval-old.json, $G/eval.log
 # BUDGET (train seconds, default 370), LR (default 8e-4), WARMUP (steps, default 20), MIX
-# (p_local,p_multi of training samples, default nl_gen.TRAIN_MIX); OLD=0
+# (p_local,p_multi of training samples, default nl_gen.TRAIN_MIX), PAPER (share of samples in
+# the paper's protocol, default 0; issue 40). PAPER_SETS=1: the eval also runs every set in
+# the paper's protocol (same documents and questions), N_NEEDLE long-text needle prompts
+# (default 36), and the base model zero-shot on the paper-protocol sets ($G/eval-zeroshot.json);
+# MAX_TOKENS (default: the eval's). OLD=0
 # skips the previous delta's run, BASE=0 the base model's (it does not change with the delta:
 # its figures stand from an earlier run).
 # Runs from a copy of the repository's da_lab (cd there first); G=/tmp/g26 by default.
@@ -19,7 +23,7 @@ case "$1" in
 train)
     python -m da_lab.training.finetune --device cuda --seed "${SEED:-11}" \
         --init da_lab/assets/smollm2-da/delta.safetensors --lr "${LR:-8e-4}" --warmup "${WARMUP:-20}" \
-        ${MIX:+--mix "$MIX"} \
+        ${MIX:+--mix "$MIX"} --paper "${PAPER:-0}" \
         --time-budget-s "${BUDGET:-370}" --eval-n 96 --probe-n 32 --eval-every 120 \
         --out "$G/smollm2-da" > "$G/train.log" 2>&1
     touch "$G/train.done" ;;
@@ -30,12 +34,29 @@ eval)
         --by-domain >> "$G/prompts.jsonl"
     sed 's/"set": "/"set": "hand-written\//' bench/data/handwritten-prompts.jsonl \
         >> "$G/prompts.jsonl"
+    if [ "${PAPER_SETS:-0}" = 1 ]; then
+        python -m da_lab.training.eval_prompts --n 500 --split train --set paper/in-domain \
+            --by-domain --protocol paper > "$G/paper.jsonl"
+        python -m da_lab.training.eval_prompts --n 500 --split heldout \
+            --set paper/held-out-domains --by-domain --protocol paper >> "$G/paper.jsonl"
+        sed 's/"set": "/"protocol": "paper", "set": "paper\/hand-written\//' \
+            bench/data/handwritten-prompts.jsonl >> "$G/paper.jsonl"
+        python -m da_lab.training.eval_needle --n "${N_NEEDLE:-36}" \
+            | sed 's/"set": "needle"/"set": "paper\/needle"/' >> "$G/paper.jsonl"
+        cat "$G/paper.jsonl" >> "$G/prompts.jsonl"
+    fi
     mkdir -p "$G/old"
     cp da_lab/assets/smollm2-da/delta.safetensors "$G/old/delta.safetensors"
     cp "$G/smollm2-da/delta.safetensors" "$G/smollm2-da/training.json" da_lab/assets/smollm2-da/
     python -m da_lab.cli eval --model smollm2-da --prompts "$G/prompts.jsonl" --ablations \
         $([ "${BASE:-1}" = 0 ] && echo --no-base) \
+        ${MAX_TOKENS:+--max-tokens "$MAX_TOKENS"} \
         --wave 128 --json --out "$G/eval-new.json" > /dev/null 2> "$G/eval.log"
+    if [ "${PAPER_SETS:-0}" = 1 ]; then
+        python -m da_lab.cli eval --model smollm2 --prompts "$G/paper.jsonl" --no-base \
+            ${MAX_TOKENS:+--max-tokens "$MAX_TOKENS"} \
+            --wave 128 --json --out "$G/eval-zeroshot.json" > /dev/null 2>> "$G/eval.log"
+    fi
     if [ "${OLD:-1}" = 0 ]; then touch "$G/eval.done"; exit 0; fi
     python -c "from da_lab.engine import smollm2 as S; print(S.build('smollm2-da', '$G/old-da', delta='$G/old/delta.safetensors'))" >> "$G/eval.log" 2>&1
     python -m da_lab.cli eval --model "$G/old-da" --prompts "$G/prompts.jsonl" --no-base \

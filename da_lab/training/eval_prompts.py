@@ -24,8 +24,8 @@ another order, is wrong; answer [] (chit-chat) is right unless a wrong value app
 A malformed line stops the eval before any engine starts, with one line naming the file, the
 line and the field (`PromptFileError`).
 
-`python -m da_lab.training.eval_prompts --n N --split train|heldout --set NAME` writes
-generated held-out prompts in this format (stdout), so generated sets and hand-written files
+`python -m da_lab.training.eval_prompts --n N --split train|heldout --set NAME [--protocol
+paper]` writes generated held-out prompts in this format (stdout), so generated sets and hand-written files
 run through one path (`records`; `to_sample(record(s))` rebuilds the same prompt tokens).
 """
 
@@ -187,12 +187,16 @@ def main(argv=None) -> int:
     ap.add_argument("--set", default=None, help="the records' set name")
     ap.add_argument("--by-domain", action="store_true",
                     help='set = "<set>/<domain asked about>" ("<set>/no document")')
+    ap.add_argument("--protocol", choices=PROTOCOLS, default="card",
+                    help="the prompt and tags: card (the design card's) or paper (Ho et al.)")
     args = ap.parse_args(argv)
     for i, s in enumerate(G.held_out(args.n, args.seed, split=args.split)):
         name = args.set
         if args.by_domain:
             name = f"{args.set or args.split}/{s.meta['domain'] or 'no document'}"
         rec = record(s, name, f"{args.set or args.split}:{args.seed}:{i}")
+        if args.protocol != "card":
+            rec["protocol"] = args.protocol
         sys.stdout.write(json.dumps(rec, ensure_ascii=False) + "\n")
     return 0
 
