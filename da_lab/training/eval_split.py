@@ -1,11 +1,12 @@
 """Split one `da-lab eval --prompts` document into one document per group of sets.
 
 A prompts file may hold several sets at once (one engine run for all of them): "in-domain",
-"held-out-domains", "hand-written/lighthouses", ... A group is a set's name up to its first
-"/" ("hand-written"), or up to its second under "paper/" (the same sets in the paper's protocol,
-smollm2_gpu.sh PAPER_SETS=1: "paper/hand-written", written as "paper-hand-written"). Each group's document is the eval document with that group's rows only
-and its summary recomputed by the same function (evaluate.summary), so its numbers are exactly
-what `da-lab eval` would print for those rows.
+"held-out-domains", "hand-written/lighthouses", ... A group is a set's name up to its first "/"
+("hand-written"), or up to its second under "paper/" (the same sets in the paper's protocol,
+smollm2_gpu.sh PAPER_SETS=1: "paper/hand-written", written as "paper-hand-written"). Each
+group's document is the eval document with that group's rows only and its summary recomputed by
+the same function (evaluate.summary), so its numbers are exactly what `da-lab eval` would print
+for those rows.
 
     python -m da_lab.training.eval_split EVAL.json [--out-dir DIR] [--stem NAME]
         -> DIR/NAME-<group>.json for every group
