@@ -133,3 +133,21 @@ def test_tiny_tags_wrong_tag_ablation_through_the_engine(tmp_path):
     assert doc["refused_runs"] == {"da": 0, "wrong_tag": 0, "hidden_chunk": 0}
     assert doc["wrong_tag_answer_accuracy"] == sum(
         r["wrong_tag_correct"] for r in doc["rows"] if r["wrong_tag"]) / n_wrong
+
+
+def test_the_wrong_tag_of_a_paper_prompt_is_written_in_the_papers_dialect():
+    """A model trained on `<focus magic_chunks="k">` is forced a wrong tag of its own form (a
+    card tag would test the dialect switch, not the mask)."""
+    from da_lab.training import eval_prompts as EP
+
+    rec = {"documents": ["Mara Olsen coaches Kilbride Albion.", "It was founded in 1902.",
+                         "Its ground holds 4,000."],
+           "question": "Who coaches Kilbride Albion?", "answer": ["Mara Olsen"],
+           "needs": [1], "id": "r"}
+    card = EP.to_sample(dict(rec))
+    paper = EP.to_sample(dict(rec, protocol="paper"))
+    assert E.wrong_chunks(card) == E.wrong_chunks(paper)
+    w = E.wrong_chunks(paper)
+    assert E.wrong_tag(card) == f"<focus C{w[0]}>"
+    assert E.wrong_tag(paper) == f'<focus magic_chunks="{w[0]}">'
+    assert parse_tag(E.wrong_tag(paper)) == Directive(Mode.FOCUS, chunks=w)

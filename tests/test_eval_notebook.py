@@ -2,6 +2,7 @@
 become exactly the prompt SmolLM2-DA was trained on; bad input gets a clear message; the
 end-of-turn wrapper; the eval table read from committed documents; the shipped trace."""
 
+import gzip
 import json
 from pathlib import Path
 
@@ -66,11 +67,13 @@ def test_end_of_turn_aborts_a_request_once_it_wrote_the_token():
 
 
 def test_eval_summary_reads_the_committed_documents():
-    files = sorted((ROOT / "bench" / "results").glob("eval-smollm2-*.json"))
+    files = sorted((ROOT / "bench" / "results").glob("eval-smollm2-*.json*"))
     assert files, "bench/results/eval-smollm2-*.json: the CPU eval must be committed"
+    assert any(f.suffix == ".gz" for f in files) and any(f.suffix == ".json" for f in files)
     rows = nl_demo.eval_summary(files)
     for f, r in zip(files, rows, strict=True):
-        doc = json.loads(f.read_text())
+        doc = json.loads(gzip.decompress(f.read_bytes()) if f.suffix == ".gz" else f.read_text())
+        assert r["file"] == f.name.removesuffix(".gz")
         assert r["n"] == doc["n"] == len(doc["rows"])
         assert r["right tag"] == doc["tag_accuracy"]
         assert r["ablation: wrong tag forced"] == doc["wrong_tag_answer_accuracy"]

@@ -217,3 +217,26 @@ def test_prompts_that_are_no_file_are_called_what_they_are(tmp_path):
                                chunks=None, domains=None, prompts=str(path), device="auto")
         assert _eval_args(args) == ({}, f"--prompts {path}: {says}" + (
             ", not a prompts file (one JSON object per line)" if "is a" in says else ""))
+
+
+def test_eval_split_keeps_each_dialects_sets_apart(tmp_path):
+    """One run over both dialects splits into one document per set and dialect, each with its
+    summary recomputed from its own rows."""
+    from da_lab.training import eval_split as S
+
+    assert S.group_of("hand-written/zoos") == "hand-written"
+    assert S.group_of("paper/hand-written/zoos") == "paper/hand-written"
+    assert S.group_of("paper") == "paper" and S.group_of(None) == "ungrouped"
+    # two rows of a committed run, as if one were from the paper's sets
+    done = json.loads((ROOT / "bench/results/eval-zeroshot-smollm2-paper-hand-2026-12-04.json")
+                      .read_text())
+    row = next(r for r in done["rows"] if r["kind"] == "single")
+    doc = dict(done, rows=[dict(row, set="in-domain/band", correct=True),
+                           dict(row, set="paper/in-domain/band", correct=False)])
+    f = tmp_path / "e.json"
+    f.write_text(json.dumps(doc))
+    assert S.main([str(f), "--stem", "e"]) == 0
+    card = json.loads((tmp_path / "e-in-domain.json").read_text())
+    paper = json.loads((tmp_path / "e-paper-in-domain.json").read_text())
+    assert card["n"] == paper["n"] == 1
+    assert card["da_answer_accuracy"] == 1.0 and paper["da_answer_accuracy"] == 0.0

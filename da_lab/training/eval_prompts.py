@@ -25,8 +25,9 @@ A malformed line stops the eval before any engine starts, with one line naming t
 line and the field (`PromptFileError`).
 
 `python -m da_lab.training.eval_prompts --n N --split train|heldout --set NAME [--protocol
-paper]` writes generated held-out prompts in this format (stdout), so generated sets and hand-written files
-run through one path (`records`; `to_sample(record(s))` rebuilds the same prompt tokens).
+paper]` writes generated held-out prompts in this format (stdout), so generated sets and
+hand-written files run through one path (`records`; `to_sample(record(s))` rebuilds the same
+prompt tokens).
 """
 
 from __future__ import annotations

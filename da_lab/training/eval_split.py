@@ -1,10 +1,12 @@
 """Split one `da-lab eval --prompts` document into one document per group of sets.
 
 A prompts file may hold several sets at once (one engine run for all of them): "in-domain",
-"held-out-domains", "hand-written/lighthouses", ... A group is a set's name up to its first
-"/" ("hand-written"). Each group's document is the eval document with that group's rows only
-and its summary recomputed by the same function (evaluate.summary), so its numbers are exactly
-what `da-lab eval` would print for those rows.
+"held-out-domains", "hand-written/lighthouses", ... A group is a set's name up to its first "/"
+("hand-written"), or up to its second under "paper/" (the same sets in the paper's protocol,
+smollm2_gpu.sh PAPER_SETS=1: "paper/hand-written", written as "paper-hand-written"). Each
+group's document is the eval document with that group's rows only and its summary recomputed by
+the same function (evaluate.summary), so its numbers are exactly what `da-lab eval` would print
+for those rows.
 
     python -m da_lab.training.eval_split EVAL.json [--out-dir DIR] [--stem NAME]
         -> DIR/NAME-<group>.json for every group
@@ -24,7 +26,8 @@ SUMMARY = (*KEYS, "foreign_word_rate", "ablation_n", "refused_runs", "wrong_tag_
 
 
 def group_of(set_name: str | None) -> str:
-    return (set_name or "ungrouped").split("/", 1)[0]
+    parts = (set_name or "ungrouped").split("/")
+    return "/".join(parts[:2]) if parts[0] == "paper" and len(parts) > 1 else parts[0]
 
 
 def split(doc: dict) -> dict[str, dict]:
@@ -60,7 +63,7 @@ def main(argv=None) -> int:
     out_dir = Path(args.out_dir) if args.out_dir else src.parent
     stem = args.stem or src.stem
     for name, part in split(doc).items():
-        f = out_dir / f"{stem}-{name}.json"
+        f = out_dir / f"{stem}-{name.replace('/', '-')}.json"
         f.write_text(json.dumps(part, indent=1) + "\n")
         print(f"{f}: n={part['n']} tag {part['tag_accuracy']:.3f} DA answer "
               f"{part['da_answer_accuracy']:.3f}")

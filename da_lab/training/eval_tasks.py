@@ -166,7 +166,9 @@ def wrong_chunks(s) -> tuple[int, ...] | None:
 
 def wrong_tag(s) -> str | None:
     chunks = wrong_chunks(s)
-    return None if chunks is None else tag_text(Directive(Mode.FOCUS, chunks=chunks))
+    # In the prompt's own dialect: a paper-trained reply forced a card tag is off its format.
+    dialect = (getattr(s, "meta", None) or {}).get("protocol", "card")
+    return None if chunks is None else tag_text(Directive(Mode.FOCUS, chunks=chunks), dialect)
 
 
 def hidden_layout(s) -> dict | None:

@@ -22,6 +22,7 @@ from da_lab.training import nl_task as N
 
 LABEL = re.compile(r"^Document C\d+:\s*")
 user_prompt = N.user_prompt
+paper_user_prompt = N.paper_user_prompt      # the paper's Magic Chunk prompt (Ho et al. 2026)
 
 
 def examples(kinds: tuple[str, ...] = ("single", "multi", "local"),
@@ -79,16 +80,26 @@ SUMMARY = (("n", "n"), ("tag_accuracy", "right tag"), ("da_answer_accuracy", "an
            ("base_all_blocks_answer_accuracy", "base model, plain prompt"),
            ("wrong_tag_answer_accuracy", "ablation: wrong tag forced"),
            ("hidden_chunk_answer_accuracy", "ablation: right tag, chunk hidden"),
-           ("blocks_read_fraction_after_tag", "blocks read after the tag"))
+           ("blocks_read_fraction_after_tag", "blocks read after the tag"),
+           ("decoding_attention_cost", "decoding attention cost"))
+
+
+def load_doc(path) -> dict:
+    """A `da-lab eval` document, plain or gzipped (the committed results are .json.gz)."""
+    import gzip
+
+    p = Path(path)
+    raw = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
+    return json.loads(raw)
 
 
 def eval_summary(paths) -> list[dict]:
     """One row per `da-lab eval` document: where it ran and its summary (SUMMARY's keys)."""
     rows = []
     for p in sorted(Path(x) for x in paths):
-        doc = json.loads(Path(p).read_text())
-        row = {"file": Path(p).name, "engine": doc.get("engine"), "device": doc.get("device"),
-               "wall_s": doc.get("wall_s")}
+        doc = load_doc(p)
+        row = {"file": Path(p).name.removesuffix(".gz"), "engine": doc.get("engine"),
+               "device": doc.get("device"), "wall_s": doc.get("wall_s")}
         row.update({label: doc.get(k) for k, label in SUMMARY})
         rows.append(row)
     return rows
@@ -132,3 +143,30 @@ if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] != "--record":
         sys.exit("usage: python -m da_lab.training.nl_demo --record TRACE.jsonl.gz")
     print(json.dumps(record_example(sys.argv[2])))
+
+
+def paper_summary(lab, da_id: str, n_chunks: int) -> dict:
+    """What a reply in the paper's format did: the chunks it focused first, the text in its
+    <answer>, every mode change in order (a closing tag's restored mode included: the hook's
+    own events), the decoding attention cost (the paper's metric, core/cost.py) and the
+    partially kept blocks of its first masked step."""
+    import numpy as np
+
+    from da_lab.core.cost import request_cost
+    from da_lab.core.mask import partially_kept
+    from da_lab.training.evaluate import answer_text
+
+    st = lab.request_state(da_id)
+    text = reply(lab.requests[da_id]["text"])
+    directive, answer = answer_text(text, n_chunks, "paper")
+    modes = [(e.get("text"), e["directive"]["mode"], tuple(e["directive"].get("chunks") or ()))
+             for e in st.events if e["kind"] == "mode_changed" and e.get("directive")]
+    # The first masked step after a focus: the blocks kept whole though they hold hidden
+    # tokens too (spans are not padded, so a kept chunk's edge blocks are shared).
+    partial = []
+    if directive is not None and directive.chunks:
+        first = next((k for _q, _n, k in st.mask_history if k is not None), None)
+        if first is not None:
+            partial = [int(b) for b in partially_kept(directive, st.layout, np.asarray(first))]
+    return {"text": text, "focused": tuple(directive.chunks) if directive else (),
+            "answer": answer, "modes": modes, "cost": request_cost(st), "partial": partial}

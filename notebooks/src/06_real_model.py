@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 6 · A real language model writes its own tags: SmolLM2-DA
 #
-# SmolLM2-135M-Instruct is a real pretrained model (30 layers, a 49,152-token vocabulary, its own chat template). A small LoRA delta (9.8 MB, `da_lab/assets/smollm2-da/`), trained on documents of 24 kinds (bands, bridges, ships, …), taught it one habit: before answering a question about documents C1..Cn, write the documents it needs as a tag — `<focus C3>`, `<focus C2,C7>`, or `<local>` when none is needed — then answer in one sentence. The hook does the rest: one step after the `>`, the kernel reads only those documents' blocks.
+# SmolLM2-135M-Instruct is a real pretrained model (30 layers, a 49,152-token vocabulary, its own chat template). A small LoRA delta (9.8 MB, `da_lab/assets/smollm2-da/`), trained on documents of 24 kinds (bands, bridges, ships, …), taught it one habit: before answering a question about documents C1..Cn, write the documents it needs as a tag — `<focus C3>`, `<focus C2,C7>`, or `<local>` when none is needed — then answer in one sentence. It learned a second format too, the one the paper on this method uses (Magic Chunks, closing tags, `<answer>`): the section *The paper's format* below runs it. The hook does the rest: one step after the `>`, the kernel reads only those documents' blocks.
 #
 # Nobody forces a tag here. Give it documents and a question, and watch it choose.
 
@@ -120,22 +120,84 @@ print("its own tag :", nl_demo.reply(lab.requests[da_id]["text"]))
 print("forced wrong:", nl_demo.reply(lab.requests[rid_wrong]["text"]))
 
 # %% [markdown]
-# ## The eval table
-# `da-lab eval --model smollm2-da --n N --ablations` runs generated prompts (600–6,000 tokens, 4–32 documents) of the training domains, or with `--domains heldout` of the 8 domains held out of training, and `--prompts FILE.jsonl` your own documents (`bench/data/handwritten-prompts.jsonl` is 66 written by hand), through the same engine and hook: the model's own tag, its answer under DA, the same model with every block visible, the *base* model with a plain instruction prompt (what you would do without DA), and the two ablations — a wrong tag forced, and the right tag with the needed document hidden. Both ablations should collapse toward chance: the answer comes from the blocks read after the tag, not from the tag's KV. The shipped delta's committed runs (H200, 2026-12-03b: training domains, held-out domains and hand-written side by side; the base model, which no delta changes, was measured once on the same prompts in the 2026-12-02 run: 0.18–0.19; docs/models.md has every run):
+# ## The paper's format: Magic Chunks, closing tags, `<answer>`
+# Ho et al., *Large Language Models Can Control Their Own Attention Span* (2026), prompt the same idea another way. The documents become "Magic Chunk 1:", "Magic Chunk 2:", … sections, each exactly as long as its text (not padded to whole blocks), under the paper's system prompt, the question and its instructions. The reply declares modes with XML-like tags: `<focus magic_chunks="3">` … `</focus>` copies the evidence while the kernel reads chunk 3 (the system prompt, question, instructions and the reply stay visible in every mode); `</focus>` *restores* the mode that was in force when `<focus>` opened — GLOBAL here; then `<local><answer>…</answer></local>` answers from the reply alone. The delta shipped here learned both formats (half of its training samples each). This cell builds the paper's prompt from the documents and question above — yours, if you typed them — and adds it to the engine; nothing runs until you press ▶ on its player or make your guess below.
+#
+# A chunk that is not padded starts and ends inside a block. A kept chunk keeps every block it touches, so its edge blocks carry a few tokens of its neighbours: diagram 2 draws such a *partially kept* block, and the cell lists them.
+
+# %%
+from da_lab_widgets import BlocksDiagram
+
+paper = {}
+try:
+    paper["prompt"] = nl_demo.paper_user_prompt(nl_demo.split_documents(docs.value),
+                                                question.value)
+except ValueError as e:
+    print("⚠", e)
+if paper:
+    lay = paper["prompt"].layout
+    run_out()           # the questions above end first: this player shows one request
+    paper["id"] = lab.add_request(paper["prompt"], max_tokens=128,
+                                  request_id=f"paper-{state['n']}")
+    paper["source"] = LiveSource(lab)
+    light = Highlight()
+    paper["player"] = Player(paper["source"], [
+        DAHookDiagram(paper["source"].header, light, req=paper["id"], lab=lab),
+        BlocksDiagram(paper["source"].header, light, req=paper["id"])])
+    bs = lay.block_size
+    for k, (a, b) in enumerate(lay.chunk_spans, start=1):
+        print(f"Magic Chunk {k}: tokens {a}–{b - 1}, blocks {a // bs}–{(b - 1) // bs}")
+    print(f"{lay.prompt_len} tokens in {-(-lay.prompt_len // bs)} blocks of {bs}")
+    display(paper["player"].widget)
+
+# %% [markdown]
+# **Predict, then run.** Which Magic Chunk will it focus, and what share of the KV will it read while decoding (the paper's *decoding attention cost*: positions read ÷ what full attention reads)? Type both, e.g. `"2, 0.5"`, and run the cell: it steps the request to its end, then prints what it wrote, every mode change in order (watch `</focus>` bring GLOBAL back) and the cost.
+
+# %%
+PREDICT = None          # e.g. "2, 0.5": the chunk it focuses, the share of the KV it reads
+ASK = 'the chunk it focuses and the share of the KV it reads, e.g. "2, 0.5"'
+if paper and guessed(PREDICT, ASK):
+    while paper["player"].step():
+        pass
+    got = nl_demo.paper_summary(lab, paper["id"], paper["prompt"].layout.n_chunks)
+    guess = [x.strip() for x in str(PREDICT).split(",")]
+    focused = ",".join(map(str, got["focused"])) or "none (<local>)"
+    check(",".join(guess[:-1]) or guess[0], focused, "the chunk it focused")
+    print(f"you said it would read {guess[-1]} of the KV; it read {got['cost']} "
+          "(prefill, which every mode computes in full, is not counted)")
+    print("it wrote:", got["text"])
+    print("modes:", " → ".join(f"{t} {m.upper()}{list(c) if c else ''}"
+                               for t, m, c in got["modes"]))
+    print("kept whole though they hold hidden tokens too (diagram 2 marks them):",
+          got["partial"] or "none")
+
+# %% [markdown]
+# Measured the same way over many prompts (H200, 2026-12-05; the same documents and questions in both formats, and long single texts cut into ~2,048-token segments by the paper's rules). It names the right chunk as often in the paper's format as in the card's, but answers worse: it often copies the wrong sentence of the chunk it focused, and the answer follows the copy. The cost is higher because the paper keeps its system prompt, question and instructions in every mode and rounds chunks out to whole blocks. For scale, the paper's own headline, zero-shot on 27B–31B models over 15 long-context tasks: decoding attention cost −15.1% (Qwen-3.6-27B) and −53.1% (Gemma-4-31B) at −1.41 and −0.08 points of accuracy. The base SmolLM2, zero-shot, writes no tag at all.
 
 # %%
 import glob
-import json
 import pandas as pd
 
-files = sorted(glob.glob("../bench/results/eval-smollm2-h200-2026-12-03b-*.json"))
+paper_files = sorted(glob.glob("../bench/results/eval-smollm2-h200-2026-12-05-*.json.gz")
+                     + glob.glob("../bench/results/eval-zeroshot-*-h200-2026-12-05-*.json.gz"))
+table = pd.DataFrame(nl_demo.eval_summary(paper_files)).set_index("file")
+table[["n", "right tag", "answer under DA", "same model, all blocks",
+       "decoding attention cost"]]
+
+# %% [markdown]
+# ## The eval table
+# `da-lab eval --model smollm2-da --n N --ablations` runs generated prompts (600–6,000 tokens, 4–32 documents) of the training domains, or with `--domains heldout` of the 8 domains held out of training, and `--prompts FILE.jsonl` your own documents (`bench/data/handwritten-prompts.jsonl` is 66 written by hand), through the same engine and hook: the model's own tag, its answer under DA, the same model with every block visible, the *base* model with a plain instruction prompt (what you would do without DA), and the two ablations — a wrong tag forced, and the right tag with the needed document hidden. Both ablations should collapse toward chance: the answer comes from the blocks read after the tag, not from the tag's KV. The shipped delta's committed runs in the card's format (H200, 2026-12-05: training domains, held-out domains and hand-written side by side; the base model, which no delta changes, was measured once on the same prompts in the 2026-12-02 run: 0.18–0.19; docs/models.md has every run):
+
+# %%
+files = sorted(f for f in glob.glob("../bench/results/eval-smollm2-h200-2026-12-05-*.json.gz")
+               if "paper" not in f and "previous" not in f)
 pd.DataFrame(nl_demo.eval_summary(files)).set_index("file").T
 
 # %% [markdown]
-# What it still can't do well: domains it never saw are answered 0.852 of the time against 0.964 in the training domains, and documents written by hand 0.70; two documents at once — it names the right pair 0.89–0.99 of the time, but on held-out domains the answer is right only 0.64 of the time (with the right pair read, a person's name for an organisation, or another attribute's value: "the cooking time of Russet Bean Stew is 147 °C"); two people or several quantities in one document (a club's coach and its captain: sports clubs 0.60; recipes 0.78); and the arithmetic or general knowledge a no-document question asks for (it writes `<local>`, then answers as a 135M model does: "There are 60 hours in a day"; 0.86–0.88 on generated prompts, 6 of 12 hand-written). Rows where it went wrong, and the ablations, on the held-out domains:
+# What it still can't do well: domains it never saw are answered 0.824 of the time against 0.960 in the training domains, and documents written by hand 0.70; two documents at once — it names the right pair 0.95–1.00 of the time, but on held-out domains the answer is right only 0.67 of the time (with the right pair read, a person's name for an organisation, or another attribute's value); two people or several quantities in one document (a club's coach and its captain: sports clubs 0.53; recipes 0.80); and the arithmetic or general knowledge a no-document question asks for (it writes `<local>`, then answers as a 135M model does: 0.88–0.89 on generated prompts, 6 of 12 hand-written). Rows where it went wrong, and the ablations, on the held-out domains:
 
 # %%
-doc = json.loads(open([f for f in files if "held-out-domains" in f][0]).read())
+doc = nl_demo.load_doc([f for f in files if "held-out-domains" in f][0])
 asked = [r for r in doc["rows"] if r["wrong_tag"]]
 for r in [r for r in asked if not r["correct"]][:3] + [r for r in asked if r["correct"]][:2]:
     print(f"{r['question']}  (expected {r['expected_answer']})\n  own tag  {r['text']!r}"
@@ -158,6 +220,7 @@ Player(replay, [DAHookDiagram(replay.header, Highlight())]).widget
 # - Why the answer under DA can beat the same model with every block visible: near-duplicate distractors in other documents are simply not read.
 # - Why the ablations matter: the tag's KV saw every block, so only forcing a wrong tag (or hiding the right document) shows the answer really comes from the blocks read after the tag.
 # - What `blocks read after the tag` measures, and why it falls as contexts grow.
+# - How the paper's format differs from the card's: Magic Chunks not padded (so edge blocks are kept partially), a closing tag that restores the mode its opening tag replaced, and a decoding attention cost that counts what the kernel reads during decode.
 
 # %% [markdown]
 # When you are done, `lab.shutdown()` frees the engine (restarting the kernel does too); Run All again reuses the running one.
