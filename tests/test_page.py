@@ -161,7 +161,6 @@ def test_the_player_plays_every_step_scrubs_steps_by_key_and_pulses(name, browse
 # Panel (e) of diagram 2 (BlocksDiagram(batch=True)): per request of the step, its staged row,
 # and a bar under each run of slots whose physical block is in n > 1 rows ("j,k,n").
 BATCH_JS = """(i) => {
-  daLab.goto(i);
   const out = {};
   for (const g of document.querySelectorAll('[data-batch] [data-req]')) {
     const ids = [];
@@ -187,7 +186,13 @@ def test_the_batch_panel_marks_blocks_in_several_rows(browser, tmp_path):
     html = tmp_path / "batch.html"
     html.write_text(page_html(player.config(kernel=False), player.encoder.packet(), title="b"))
     page = open_page(browser, html)
+    page.locator('[data-da-diagram="2"]').scroll_into_view_if_needed()
     for i, rec in enumerate(src.records):
+        # a diagram draws once it is on screen (IntersectionObserver, asynchronous): wait for
+        # it to show step i before reading it (a busy machine reported the first step late)
+        page.evaluate("(i) => daLab.goto(i)", i)
+        page.wait_for_function("(i) => document.querySelector('[data-da-diagram=\"2\"]')"
+                               ".dataset.daShows === String(i)", arg=i, timeout=30_000)
         d = page.evaluate(BATCH_JS, i)
         rows = {q.req: [int(p) for p in q.staged_row] for q in rec.requests if q.hooked}
         assert {r: v["ids"] for r, v in d.items()} == rows, f"step {rec.step}"
