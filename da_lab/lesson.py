@@ -104,3 +104,84 @@ def open_lesson(live: bool, trace: str):
     prov = source.header["provenance"]
     print(prov.get("model_name"), "|", prov["vllm"], "|", prov["runner"])
     return lab, source, Highlight()
+
+
+# ---- many readers, one corpus (lesson 04) ---------------------------------------------------
+READER_CHUNKS = (3, 7, 11)      # the chunk each reader focuses, one reader each
+READER_TOKENS = 12              # the tag, the answer and a little more: a few engine steps
+
+
+def _with_tail(p, tail: str, encode):
+    """`p` with its question replaced: the same token ids up to the tail, then `tail`'s."""
+    from dataclasses import replace
+
+    from da_lab.core.layout import DAPrompt
+
+    ids = p.token_ids[:p.layout.tail_start * p.layout.block_size] + encode(tail)
+    return DAPrompt(replace(p.layout, prompt_len=len(ids)), ids, p.head, p.chunks, tail)
+
+
+def reader_corpus(lab) -> tuple:
+    """(the corpus as a DAPrompt, [(question, chunk holding its answer, answer)] per reader).
+    The trained model: a held-out task prompt (another seed than the lesson questions, so no
+    lesson request shares its blocks), one record asked from each of READER_CHUNKS. Any other
+    model: the seed scenario's chunks and its kind of question."""
+    if writes_own_tags(lab.model):
+        from da_lab.training import task
+
+        s = task.sample(LESSON_SEED + 1, 0, task.HELDOUT)
+        first = {}
+        for c, key, value in s.meta["records"]:
+            first.setdefault(c, (key, value))
+        return s.prompt, [(f" Question: value of {first[c][0]}? Answer:", c,
+                           f"{first[c][0]} {first[c][1]}") for c in READER_CHUNKS]
+    # seed_texts' chunk Ck holds "key 10k has value (37k mod 100)" first
+    return lab.seed_prompt(), [(f" Question: What is the value of key {c * 10}? Answer:", c,
+                                f"{(c * 37) % 100}") for c in READER_CHUNKS]
+
+
+def add_readers(lab, max_tokens: int = READER_TOKENS) -> list[str]:
+    """Add one reader per READER_CHUNKS entry to a running Lab, all before the next engine step
+    (so they are scheduled in one batch): the same corpus, each its own question, each made to
+    focus the chunk holding its answer (the director writes `<focus Ck>` first, as a steer
+    button would). Returns their ids: reader-1, reader-2, ..."""
+    corpus, questions = reader_corpus(lab)
+    ids = []
+    for k, (question, c, _answer) in enumerate(questions, start=1):
+        da_id = f"reader-{k}"
+        if da_id in lab.requests and not lab.requests[da_id]["finished"]:
+            lab.abort(da_id)                 # a cell run again: the old reader goes
+        lab.add_request(_with_tail(corpus, question, lab.encode), tags=[(0, f"<focus C{c}>")],
+                        max_tokens=max_tokens, request_id=da_id)
+        ids.append(da_id)
+    return ids
+
+
+def open_readers(lab, source, trace: str):
+    """Lesson 04's readers: (their source, their ids). Live (`lab` not None): a branch of the
+    lesson's `source` (the same engine; every step recorded for both players) with the readers
+    added; otherwise `trace`, their recorded run. Prints each reader's prompt as its request
+    carries it (the layout and the director's tag; the question too when live)."""
+    from da_lab.core.layout import Layout
+
+    if lab is not None:
+        readers = source.branch()
+        names = add_readers(lab)
+        asks = {n: q.strip().removeprefix("Question:").removesuffix("Answer:").strip()
+                for n, (q, _c, _a) in zip(names, reader_corpus(lab)[1], strict=True)}
+        added = [dict(req=n, layout=lab.requests[n]["prompt"].layout.to_dict(),
+                      tags=[[at, t] for at, _n, t in lab.requests[n]["script"]]) for n in names]
+    else:
+        from da_lab_widgets import TraceSource
+
+        readers, asks = TraceSource(trace), {}
+        added = [a for rec in readers.records for a in rec.added]
+        names = [a["req"] for a in added]
+    for a in added:
+        lay = Layout.from_dict(a["layout"])
+        ask = f"asks “{asks[a['req']]}”, " if a["req"] in asks else ""
+        print(f"{a['req']}: {ask}{-(-lay.prompt_len // lay.block_size)} blocks of prompt; the "
+              f"director writes {a['tags'][0][1]} first")
+    print(f"each prompt begins with the same {lay.tail_start} full blocks (the scaffold and "
+          f"{lay.n_chunks} chunks of records), then its own question")
+    return readers, names

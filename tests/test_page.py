@@ -156,3 +156,53 @@ def test_the_player_plays_every_step_scrubs_steps_by_key_and_pulses(name, browse
     assert f"physical block {p}:" in page.inner_text('[data-da-diagram="3"]')
     assert page.errors == [] and page.offline_requests == []
     page.close()
+
+
+# Panel (e) of diagram 2 (BlocksDiagram(batch=True)): per request of the step, its staged row,
+# and a bar under each run of slots whose physical block is in n > 1 rows ("j,k,n").
+BATCH_JS = """(i) => {
+  const out = {};
+  for (const g of document.querySelectorAll('[data-batch] [data-req]')) {
+    const ids = [];
+    for (const r of g.querySelectorAll('rect[data-run]')) {
+      const [a, b] = r.dataset.run.split(',').map(Number);
+      for (let j = a; j < b; j++) ids[j] = Number(r.dataset.id) + (j - a);
+    }
+    out[g.dataset.req] = { ids, shared: [] };
+  }
+  for (const r of document.querySelectorAll('[data-batch] rect[data-shared]')) {
+    out[r.dataset.of].shared.push(r.dataset.shared.split(',').map(Number));
+  }
+  return out;
+}"""
+
+
+def test_the_batch_panel_marks_blocks_in_several_rows(browser, tmp_path):
+    from da_lab_widgets import BlocksDiagram, Highlight, Player, TraceSource
+    from da_lab_widgets.page import page_html
+
+    src = TraceSource(TRACES / "readers_cpu.jsonl.gz")
+    player = Player(src, [BlocksDiagram(src.header, Highlight(), req="reader-1", batch=True)])
+    html = tmp_path / "batch.html"
+    html.write_text(page_html(player.config(kernel=False), player.encoder.packet(), title="b"))
+    page = open_page(browser, html)
+    page.locator('[data-da-diagram="2"]').scroll_into_view_if_needed()
+    for i, rec in enumerate(src.records):
+        # a diagram draws once it is on screen (IntersectionObserver, asynchronous): wait for
+        # it to show step i before reading it (a busy machine reported the first step late)
+        page.evaluate("(i) => daLab.goto(i)", i)
+        page.wait_for_function("(i) => document.querySelector('[data-da-diagram=\"2\"]')"
+                               ".dataset.daShows === String(i)", arg=i, timeout=30_000)
+        d = page.evaluate(BATCH_JS, i)
+        rows = {q.req: [int(p) for p in q.staged_row] for q in rec.requests if q.hooked}
+        assert {r: v["ids"] for r, v in d.items()} == rows, f"step {rec.step}"
+        count = {}
+        for row in rows.values():
+            for p in set(row):
+                count[p] = count.get(p, 0) + 1
+        for req, row in rows.items():
+            want = [(j, count[p]) for j, p in enumerate(row) if count[p] > 1]
+            got = [(j, n) for a, b, n in d[req]["shared"] for j in range(a, b)]
+            assert got == want, f"step {rec.step}, {req}"
+        assert any(n == 3 for v in d.values() for _a, _b, n in v["shared"])
+    assert not page.errors

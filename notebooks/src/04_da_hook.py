@@ -24,6 +24,40 @@ player = Player(source, [hook, blocks])
 player.widget
 
 # %% [markdown]
+# ## Many readers, one corpus
+# Three readers ask about the same chunks of records, each its own question, and each is made to focus the chunk that holds its answer (the director writes `<focus Ck>` first, as a steer button would). They are added together, so the engine schedules them in one batch. vLLM's prefix cache hashes every full block of a prompt by its tokens: the readers' prompts are the same tokens up to their questions, so the second and third reader get the first one's physical blocks. Panel (e) of this diagram 2 draws every request of the step, one block-table row each; a bar marks a physical block that stands in more than one row (in the KV cache (d) too), and hovering one names the rows that hold it. The lesson's request above, if it is still running, is in the batch too: a prefix is shared only while the tokens are the same from the prompt's start, so with its other records it shares the scaffold head alone.
+
+# %%
+READERS = "../traces/readers_cpu.jsonl.gz"    # replayed when LIVE = False
+from da_lab.lesson import open_readers
+
+readers, names = open_readers(lab, source, READERS)    # live: added together, one batch
+batch = BlocksDiagram(readers.header, highlight, req=names[0], batch=True)
+reading = Player(readers, [batch])     # live: runs the readers' first step, the prefill
+reading.widget
+
+# %% [markdown]
+# **Predict, then run.** How many physical blocks do the three readers' rows hold between them (without a prefix cache: the sum of their prompts' blocks)? Type a number, run the cell: it moves the player to the readers' step 8 (all three in FOCUS by then) and counts the distinct block ids in their staged rows (until you guess, it moves nothing).
+
+# %%
+PREDICT = None          # a number
+from da_lab.predict import check, guessed, step_to
+
+if guessed(PREDICT, "the physical blocks the three readers' rows hold between them"):
+    k, r = step_to(reading, 8, names[0])       # run again: the same step, no further
+    rows = [q for q in readers.records[reading.i].requests if q.req in names]
+    held = {int(p) for q in rows for p in q.staged_row}
+    shared = set.intersection(*({int(p) for p in q.staged_row} for q in rows))
+    check(PREDICT, len(held), "the physical blocks the readers' rows hold",
+          f"{len(shared)} blocks in all three rows, one of its own each")
+    for q in rows:
+        read = [int(q.staged_row[b]) for b in q.kept]
+        wrote = "".join(x.new_text or "" for rec in readers.records[:reading.i + 1]
+                        for x in rec.requests if x.req == q.req)
+        print(f"{q.req} at its step {k}, {q.mode}: staged row {q.staged_row.tolist()}, "
+              f"kernel reads {read}; wrote: {wrote!r}")
+
+# %% [markdown]
 # ## Where a step's time goes
 # The same tiny model at ~5,400 tokens of context, in a separate process: decode steps timed under GLOBAL, then under `<focus C3>`, on this machine, now; ten steps of each run under torch's profiler, which says how much of a step the attention kernel is.
 
@@ -89,6 +123,7 @@ print("on a GPU, measure it yourself:", h200["command"].split(" --out")[0])
 # ## What you can now explain
 # - How a tag in the output becomes a shorter block-table row for the kernel.
 # - Why FOCUS keeps the scaffold, the named chunks and the response, and LOCAL only the scaffold and the response.
+# - Why several readers of one corpus cost one copy of its KV: the prefix cache maps each reader's prompt onto the same physical blocks, while DA still gives each reader's kernel its own row, its own chunk.
 # - Why reading fewer blocks speeds a step only by the attention kernel's share of it: small for the tiny model on a CPU, most of a step at 64k tokens on an H200.
 
 # %% [markdown]

@@ -74,6 +74,17 @@ class LiveSource:
         self.header = {"provenance": lab.provenance(), "skeleton": lab.skeleton(),
                        "initial_kv": lab.kv_changes_from_empty()}
         self.records: list[StepRecord] = []
+        self._group = [self]        # the sources every step this one runs is recorded in
+
+    def branch(self, new_request=None) -> LiveSource:
+        """Another source over the same Lab whose records begin at the engine's next step (its
+        header: the KV map now). Every step either one runs is recorded in both, so a player of
+        each can run the engine and neither misses a step (lesson 04's readers beside its
+        lesson request)."""
+        other = LiveSource(self.lab, new_request)
+        other._group = self._group
+        self._group.append(other)
+        return other
 
     @property
     def can_add(self) -> bool:
@@ -89,7 +100,9 @@ class LiveSource:
         while len(self.records) <= i:
             if not self.lab.has_unfinished():
                 return False
-            self.records.append(self.lab.step())
+            rec = self.lab.step()
+            for src in self._group:
+                src.records.append(rec)
         return i >= 0
 
     def __len__(self) -> int:

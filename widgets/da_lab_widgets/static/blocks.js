@@ -7,14 +7,17 @@
 //   (c) the kernel row as the attention builder read it (read_row): kept blocks first, then
 //       the hidden ones greyed — the kernel reads only the coloured part; it moves as it
 //       shrinks and grows;
-//   (d) the physical KV cache, one cell per block, coloured by owner.
+//   (d) the physical KV cache, one cell per block, coloured by owner;
+//   (e) with batch=True, every request of the step, one row each, its physical blocks shared
+//       with other rows marked (batch.js).
 // Every number comes from the step (store.js). Hover a block anywhere: its physical block
 // pulses in every diagram of the page that shows it.
 
+import { BatchRows } from "./batch.js";
 import { animate, esc, h, hideTip, s, showTip, SMALL } from "./dom.js";
 import { Diagram } from "./diagram.js";
 import { Grid } from "./grid.js";
-import { CACHED, FLASH, HL, ink, MASKED, ownerColor, RequestView, RESPONSE } from "./look.js";
+import { CACHED, FLASH, HL, ink, MASKED, ownerColor, RequestView, RESPONSE, SHARED } from "./look.js";
 import { Strip } from "./strip.js";
 
 const LEFT = 226, ROW_H = 24, PITCH = 46, TOP = 8;
@@ -67,11 +70,14 @@ export class BlocksDiagram extends Diagram {
     this.last = s("g", { class: "da-last-block" }, svg);
     const gy = TOP + rows.length * PITCH + 22;
     this.caption = s("text", { x: 4, y: gy - 6, "font-size": 12 }, svg);
-    this.grid = new Grid(svg, this.run, { x: 4, y: gy, width: Math.min(560, w * 0.5) });
+    this.grid = new Grid(svg, this.run, { x: 4, y: gy, width: Math.min(560, w * 0.5),
+                                          shared: !!this.cfg.batch });
     this.keyEl = s("g", {}, svg);
     this.svg.setAttribute("width", w);
     this.svg.setAttribute("height", gy + this.grid.height + 8);
     this._memory(w, yb, yd, gy + this.grid.height + 8, cpu);
+    this.batch = this.cfg.batch ? new BatchRows(svg, this.run, {
+      y: gy + this.grid.height + 14, left: LEFT, w: plotW }) : null;
     const prov = this.run.header.provenance || {};
     this.caption.textContent = `(d) physical KV cache: ${this.run.numBlocks} blocks × `
       + `${this.run.blockSize} tokens — ${prov.vllm || ""}, ${prov.backend || ""}`;
@@ -117,6 +123,10 @@ export class BlocksDiagram extends Diagram {
       this.grid.draw(i, dt, new Set(Object.keys(rec.kv.assign).map(Number)));
       this._key();
     } else this.grid.at = i;
+    if (this.batch) {
+      const bottom = this.batch.y + this.batch.draw(rec) + 8;
+      this.svg.setAttribute("height", Math.max(bottom, this.grid.y + this.grid.height + 8));
+    }
     if (dt) {
       animate(this.copyBand, [{ opacity: 0.55, transform: "translateY(0)" },
                               { opacity: 0, transform: `translateY(${PITCH - ROW_H}px)` }], dt * 0.6);
@@ -201,6 +211,7 @@ export class BlocksDiagram extends Diagram {
     line("#eeeeee", "free");
     line(FLASH, "appended this step", true);
     line(HL, "hovered (pulses in every diagram)", true);
+    if (this.batch) line(SHARED, "bar under a block: one block, several rows", true);
     // the paper's unpadded chunks: a kept block that also holds hidden tokens (read whole)
     s("rect", { x, y: y - 10, width: 12, height: 12, fill: "none", stroke: "#333",
                 "stroke-width": 1.5, "stroke-dasharray": "3 2" }, g);
@@ -220,6 +231,7 @@ export class BlocksDiagram extends Diagram {
       for (const st of Object.values(this.strips)) st.mark((b) => b.id === p, HL, "da-pulse", 3);
       this.grid.mark(new Set([p]), HL, "da-pulse");
     }
+    if (this.batch) this.batch.mark(p, HL, "da-pulse");
     this.label.textContent = p === null || p === undefined ? HINT : this._describe(p);
   }
 
@@ -229,7 +241,8 @@ export class BlocksDiagram extends Diagram {
     for (const hh of reqs) {
       const row = hh.staged_row;
       const j = row ? row.indexOf(p) : -1;
-      if (j >= 0) return `block ${p}: logical ${j} of ${hh.req}, physical slot ${p}`;
+      const more = this.batch ? this.batch.describe(p) : "";
+      if (j >= 0) return `block ${p}: logical ${j} of ${hh.req}, physical slot ${p}${more}`;
     }
     const kv = this.grid.kv, o = kv ? kv.sets[kv.owners[p]] || [] : [];
     if (o.length) return `block ${p}: held by ${o.join(", ")} (not scheduled this step), physical slot ${p}`;
@@ -241,6 +254,8 @@ export class BlocksDiagram extends Diagram {
     const gp = this.grid.cellAt(e.clientX, e.clientY);
     if (gp !== null) { showTip(e, this.grid.describe(gp)); this.hub.set(gp, "blocks"); return; }
     const box = this.svg.getBoundingClientRect(), y = e.clientY - box.top;
+    const hit = this.batch ? this.batch.at(e.clientX, e.clientY, box) : null;
+    if (hit) { showTip(e, hit.tip); this.hub.set(hit.block, "blocks"); return; }
     for (const [key, st] of Object.entries(this.strips)) {
       if (y < st.y - 4 || y > st.y + st.h + 4) continue;
       const j = st.slotAt(e.clientX);

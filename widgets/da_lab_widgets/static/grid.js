@@ -3,13 +3,15 @@
 // the cells; large ones are drawn as runs of alike cells per grid row, and hover names a cell.
 
 import { animate, s, SMALL } from "./dom.js";
-import { CACHED, FLASH, FREE, ownerColor } from "./look.js";
+import { CACHED, FLASH, FREE, ownerColor, SHARED } from "./look.js";
 
 export const LABELLED = 256;     // a cache this small gets its block ids written in the cells
 
 export class Grid {
-  constructor(parent, run, { x, y, width }) {
+  // shared: a bar under each block owned by several requests (one block, several rows)
+  constructor(parent, run, { x, y, width, shared = false }) {
     this.run = run;
+    this.shared = shared;
     const n = Math.max(1, run.numBlocks);
     this.n = n;
     this.cols = Math.ceil(Math.sqrt(n));
@@ -65,13 +67,20 @@ export class Grid {
         c0 = c1;
       }
     }
+    for (let p = 0; this.shared && p < this.n; p++) {
+      if ((kv.sets[kv.owners[p]] || []).length < 2) continue;
+      const [x, y] = this.xy(p);
+      s("rect", { x: x + gap / 2, y: y + c - gap / 2 - 4, width: c - gap, height: 3, fill: SHARED,
+                  "pointer-events": "none", "data-shared": p }, this.cellsG);
+    }
     this.at = i;
   }
   describe(p) {
     const kv = this.kv;
     if (!kv) return "";
     const o = kv.sets[kv.owners[p]] || [];
-    if (o.length) return `physical ${p}: ${o.join(", ")}${kv.cached[p] ? " (in prefix cache)" : ""}`;
+    const many = o.length > 1 ? ` (one block, shared by ${o.length} requests)` : "";
+    if (o.length) return `physical ${p}: ${o.join(", ")}${many}${kv.cached[p] ? " (in prefix cache)" : ""}`;
     return kv.cached[p] ? `physical ${p}: free, prefix-cached (reusable)` : `physical ${p}: free`;
   }
   // outlines around blocks `ps` (a set), one rect per run of them in a grid row

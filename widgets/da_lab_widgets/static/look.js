@@ -12,6 +12,7 @@ export const HL = "#111111";          // the shared highlight's outline
 export const FLASH = "#ff5400";       // a block append_row added this step
 export const PACKET = "#ff5400";
 export const HOOK = "#d62828";
+export const SHARED = "#5b2a86";      // one physical block in several requests' rows
 export const OWNERS = ["rgb(102,194,165)", "rgb(252,141,98)", "rgb(141,160,203)",
   "rgb(231,138,195)", "rgb(166,216,84)", "rgb(255,217,47)", "rgb(229,196,148)",
   "rgb(179,179,179)"];            // plotly's Set2
