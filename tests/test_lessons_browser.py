@@ -194,9 +194,7 @@ def test_04_new_request_steers_and_a_saved_lesson_reopens_with_a_fresh_kernel(ju
     page = _page(browser, SMALL)
     try:
         open_notebook(page, server, name)
-        # An earlier test of this module ran and saved the whole lesson; its widgets' models
-        # died with its kernel. This one runs two cells, so the other cells' widget outputs
-        # would be stale (JupyterLab says "model not found" for those): start from none.
+        # an earlier test saved the whole lesson; its widgets died with its kernel: no outputs
         page.evaluate("window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')")
         run_cells(page, code_cells(page)[:2])
         page.wait_for_selector(f"{PLAYER}[data-da-drawn]", timeout=300_000)

@@ -16,12 +16,12 @@ e = nl_demo.examples()[0]
 p = nl_demo.paper_user_prompt(e["documents"], e["question"])
 lab = nl_demo.EndOfTurn(Lab(model_path("smollm2-da"), num_blocks=64, max_model_len=1536))
 try:
-    rid = lab.add_request(p, max_tokens=96, request_id="paper-1")
+    da_id = lab.add_request(p, max_tokens=96, request_id="paper-1")
     steps = []
-    while not lab.requests[rid]["finished"]:
+    while not lab.requests[da_id]["finished"]:
         rec = lab.step()
-        steps += [q for q in rec.requests if q.req == rid and q.hooked]
-    got = nl_demo.paper_summary(lab, rid, p.layout.n_chunks)
+        steps += [q for q in rec.requests if q.req == da_id and q.hooked]
+    got = nl_demo.paper_summary(lab, da_id, p.layout.n_chunks)
     print(json.dumps({**got, "recorded_cost": cost(*step_positions(steps)),
                       "n_chunks": p.layout.n_chunks, "unaligned": p.layout.unaligned,
                       "focus_rows": [[int(b) for b in q.kept] for q in steps
