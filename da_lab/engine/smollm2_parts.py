@@ -27,8 +27,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from da_lab.engine import smollm2 as S
-from da_lab.engine.cache import file_sha256
+from da_lab.models import smollm2 as S
+from da_lab.models.cache import file_sha256
 
 MANIFEST = "manifest.json"
 

@@ -34,7 +34,7 @@ import warnings
 from pathlib import Path
 
 from da_lab import ASSETS
-from da_lab.engine.cache import build_atomically, file_sha256, fingerprint, lab_home
+from da_lab.models.cache import build_atomically, file_sha256, fingerprint, lab_home
 
 BASE_NAME = "smollm2"
 DA_NAME = "smollm2-da"
