@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from da_lab.engine import smollm2_parts as P
+from bench.models import smollm2_parts as P
 from da_lab.models import smollm2 as S
 from da_lab.models.cache import file_sha256, fingerprint
 from da_lab.models.tiny import model_path
