@@ -52,7 +52,7 @@ lab-files: | $(BIN)/python
 	$(BIN)/python tools/lab_files.py notebooks $(LAB_DIR)
 
 lab: install lab-files
-	$(BIN)/python -m da_lab.engine.models
+	$(BIN)/python -m da_lab.models.tiny
 	JUPYTER_CONFIG_PATH=$(abspath $(LAB_DIR))/.da_lab/config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
 	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --ServerApp.root_dir=$(LAB_DIR) \
 	  --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \

@@ -99,7 +99,7 @@ def _live(args, record_to: str | None = None) -> int:
 
     model, extra = args.model, {}
     if model == "llama-8b-dummy":      # Llama-3-8B's shape, dummy weights (config built here)
-        from da_lab.engine.dummy_models import prepare_model
+        from da_lab.models.dummy import prepare_model
 
         # 16 GB of weights + the KV of a 64k prompt: more than Lab's default 20% of a GPU.
         model, extra = str(prepare_model(model, 131072)), {"load_format": "dummy",

@@ -113,7 +113,7 @@ def add_eval(sub, argv) -> None:
                     help="nl task: the generator's training domains (default) or the domains "
                          "held out of training")
     ev.add_argument("--model", help="da-tiny-tags, smollm2-da (the fine-tuned SmolLM2), "
-                                    "another name of da_lab.engine.models or a local Hugging "
+                                    "another name of da_lab.models.tiny or a local Hugging "
                                     "Face folder (default: the embedded default model)")
     ev.add_argument("--task", choices=("auto", "records", "nl"), default="auto",
                     help="records (da-tiny-tags' task) or nl (smollm2-da's); auto: by model")

@@ -35,7 +35,7 @@ class Lesson:
 
 def writes_own_tags(model: str | Path) -> bool:
     """Is `model` the trained da-tiny-tags (the only model whose task prompts we can build)?"""
-    from da_lab.engine.models import TRAINED_DIR
+    from da_lab.models.tiny import TRAINED_DIR
 
     return Path(model).resolve() == TRAINED_DIR.resolve()
 

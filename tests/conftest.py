@@ -14,7 +14,7 @@ for k, v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
 
 @pytest.fixture(scope="session")
 def tiny_model():
-    from da_lab.engine.models import build_tiny_model
+    from da_lab.models.tiny import build_tiny_model
 
     return str(build_tiny_model())
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from da_lab.engine import smollm2 as S
+from da_lab.models import smollm2 as S
 from da_lab.training import finetune as F
 from da_lab.training import nl_gen as G
 
@@ -44,7 +44,7 @@ def test_delta_loads_back_and_merges_to_the_same_logits(run):
     from safetensors.torch import load_file
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from da_lab.engine.models import model_path
+    from da_lab.models.tiny import model_path
 
     out, _, model, wrapped = run
     tensors, meta = S.read_delta(out)

@@ -119,7 +119,7 @@ def test_the_paper_protocol_has_one_turn():
 
 
 def test_finetune_mixes_in_the_share_asked_and_replays_card_runs(tok):
-    from da_lab.engine.models import model_path
+    from da_lab.models.tiny import model_path
     from da_lab.training.finetune import make_batch
 
     job = {"seed": 0, "step": 1, "batch": 6, "tok": str(model_path("smollm2")),

@@ -102,7 +102,7 @@ def test_training_person_names_are_partly_invented_held_out_ones_never(tok):
 def test_chunks_are_whole_blocks_in_the_chat_template_of_the_shared_prompt(tok, samples):
     from transformers import AutoTokenizer
 
-    from da_lab.engine.models import model_path
+    from da_lab.models.tiny import model_path
 
     hf = AutoTokenizer.from_pretrained(model_path("smollm2"))
     before, after = tok.frame(N.SYSTEM)

@@ -9,7 +9,7 @@ _RUN = """
 import json
 from da_lab.core.cost import cost, step_positions
 from da_lab.engine.lab import Lab
-from da_lab.engine.models import model_path
+from da_lab.models.tiny import model_path
 from da_lab.training import nl_demo
 
 e = nl_demo.examples()[0]

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from da_lab.engine import smollm2 as S
-from da_lab.engine import smollm2_parts as P
-from da_lab.engine.cache import file_sha256, fingerprint
-from da_lab.engine.models import model_path
+from bench.models import smollm2_parts as P
+from da_lab.models import smollm2 as S
+from da_lab.models.cache import file_sha256, fingerprint
+from da_lab.models.tiny import model_path
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +127,7 @@ def test_gguf_parts_round_trip_and_name_a_missing_part(tmp_path):
 _ENGINE_RUN = """
 import json
 from da_lab.engine.lab import Lab
-from da_lab.engine.models import model_path
+from da_lab.models.tiny import model_path
 from da_lab.training import nl_gen as G
 from da_lab.training import nl_task as N
 

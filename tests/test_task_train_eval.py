@@ -296,7 +296,7 @@ def test_eval_scores_known_texts():
 # ---- model selection --------------------------------------------------------------------------
 
 def test_models_can_be_picked_by_name(monkeypatch):
-    from da_lab.engine import models as M
+    from da_lab.models import tiny as M
 
     random_model = M.model_path("da-tiny-v1")
     assert (random_model / "FINGERPRINT").exists()
@@ -314,7 +314,7 @@ def test_shipped_model_writes_its_own_tags_through_the_engine():
     prompts (`da-lab eval`, its own process: the session's Lab holds this one's engine slot):
     it names the right chunk, answers under its own mask, and the kernel then reads under 30%
     of the row (the issue's goals; `da-lab eval --n 500` measured 1.0 / 1.0 / 0.22)."""
-    from da_lab.engine import models as M
+    from da_lab.models import tiny as M
 
     assert M.trained_available(), "da_lab/assets/da-tiny-tags/ must hold the trained weights"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",

@@ -222,7 +222,7 @@ def test_bad_provenance_and_files_that_are_not_files_are_one_line_in_every_comma
             err = p.stderr.strip().splitlines()
             assert p.returncode == 2 and needle in err[-1] and "Traceback" not in p.stderr, \
                 (cmd, p.stderr)
-    from da_lab.engine.cache import fingerprint
+    from da_lab.models.cache import fingerprint
     from da_lab.trace.tail import TraceTail
 
     with pytest.raises(Exception, match="is a FIFO"):

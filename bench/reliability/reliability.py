@@ -206,7 +206,7 @@ def main(argv=None) -> int:
     res["fuzz"] = fuzz(args.streams)
     from da_lab.checks.oracle import load_reference
     from da_lab.engine.lab import Lab
-    from da_lab.engine.models import build_tiny_model
+    from da_lab.models.tiny import build_tiny_model
 
     lab = Lab(build_tiny_model())
     try:

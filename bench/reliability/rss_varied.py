@@ -44,7 +44,7 @@ def prompts(lab, rng: random.Random, n: int = 40) -> list:
 
 def main(mode: str, n: int) -> None:
     from da_lab.engine.lab import Lab
-    from da_lab.engine.models import build_tiny_model
+    from da_lab.models.tiny import build_tiny_model
 
     lab = Lab(build_tiny_model())
     rng = random.Random(0)

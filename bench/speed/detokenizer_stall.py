@@ -22,7 +22,7 @@ import tokenizers
 
 
 def _tokenizer() -> tokenizers.Tokenizer:
-    from da_lab.engine.models import CONFIG, write_tokenizer_files
+    from da_lab.models.tiny import CONFIG, write_tokenizer_files
 
     folder = Path(tempfile.mkdtemp(prefix="da_lab_tok."))
     write_tokenizer_files(folder, CONFIG)

@@ -24,12 +24,12 @@ apply_env(LOG_TO_STDERR)          # before vLLM is imported
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--model", help="a model name (da_lab.engine.models) or folder; default: "
+    ap.add_argument("--model", help="a model name (da_lab.models.tiny) or folder; default: "
                                     "the lab's default model")
     args = ap.parse_args()
     from da_lab.cli import SEED_TAGS
     from da_lab.engine.lab import Lab
-    from da_lab.engine.models import model_path
+    from da_lab.models.tiny import model_path
 
     lab = Lab(model_path(args.model) if args.model else None)
     prompt = lab.seed_prompt()

@@ -3,8 +3,8 @@ nor torch."""
 
 from __future__ import annotations
 
-# The model folders the children load (built locally: engine/dummy_models.py).
-from da_lab.engine.dummy_models import (  # noqa: F401 - re-exported for da-lab bench
+# The model folders the children load (built locally: models/dummy.py).
+from da_lab.models.dummy import (  # noqa: F401 - re-exported for da-lab bench
     LLAMA_8B,
     LLAMA_VOCAB,
     bench_home,

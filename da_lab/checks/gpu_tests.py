@@ -74,10 +74,10 @@ def prompts(lab) -> dict:
 
 def model_folder(name: str) -> Path:
     if name == "tiny":
-        from da_lab.engine.models import model_path
+        from da_lab.models.tiny import model_path
 
         return model_path("da-tiny-v1")
-    from da_lab.engine.dummy_models import build
+    from da_lab.models.dummy import build
 
     return build(name)
 

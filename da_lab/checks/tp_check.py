@@ -227,7 +227,7 @@ def run(tp: int = 2, max_tokens: int = 40, model: str | None = None, eager: bool
 
     from da_lab.checks.gpu_tests import SCENARIOS
     from da_lab.checks.verdict import score
-    from da_lab.engine.models import model_path
+    from da_lab.models.tiny import model_path
 
     path = str(model or model_path("da-tiny-v1"))
     if eager is None:

@@ -17,9 +17,9 @@ from da_lab.core.paper import paper_prompt
 from da_lab.core.record import StepRecord
 from da_lab.engine import access, kvmap, startup, steering, validate
 from da_lab.engine.env import LAB_ENV, apply_env, engine_name, engine_version  # noqa: F401
-from da_lab.engine.models import build_tiny_model
 from da_lab.engine.quiet import quiet_engine_start
 from da_lab.engine.results import flag_requests, prune_finished, request_result
+from da_lab.models.tiny import build_tiny_model
 from da_lab.trace.format import header, provenance
 
 _live_lab: Lab | None = None

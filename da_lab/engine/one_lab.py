@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 
 from da_lab.engine.lab import Lab, running_lab, start_key
-from da_lab.engine.models import build_tiny_model
+from da_lab.models.tiny import build_tiny_model
 
 
 def _key(model, kwargs: dict) -> str:

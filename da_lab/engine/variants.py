@@ -63,7 +63,7 @@ SMOKE_TOKENS = 4
 
 
 def variant_cache(kind: str) -> Path:
-    from da_lab.engine.cache import lab_home
+    from da_lab.models.cache import lab_home
 
     return lab_home() / "variants" / f"{kind}.json"
 
@@ -103,8 +103,8 @@ def introspect_variant(model_path: str | Path | None, kind: str, *, refresh: boo
     """
     if kind not in VARIANTS:
         raise ValueError(f"unknown variant {kind!r}; one of {sorted(VARIANTS)}")
-    from da_lab.engine.cache import fingerprint
-    from da_lab.engine.models import build_tiny_model
+    from da_lab.models.cache import fingerprint
+    from da_lab.models.tiny import build_tiny_model
 
     model_path = Path(model_path or build_tiny_model())
     fp = fingerprint(model_path)

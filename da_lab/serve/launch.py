@@ -31,10 +31,10 @@ def model_folder(name: str | None) -> tuple[str, list[str]]:
     """(folder, extra vLLM options) for --model: an embedded model's name, llama-8b-dummy
     (Llama-3-8B's shape, dummy weights) or a local folder; default: the lab's default model."""
     if name == "llama-8b-dummy":
-        from da_lab.engine.dummy_models import prepare_model
+        from da_lab.models.dummy import prepare_model
 
         return str(prepare_model(name, 131072)), ["--load-format", "dummy"]
-    from da_lab.engine.models import MODEL_NAMES, model_path
+    from da_lab.models.tiny import MODEL_NAMES, model_path
 
     folder = model_path(name)
     if not (folder / "config.json").is_file():

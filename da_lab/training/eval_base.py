@@ -55,7 +55,7 @@ def base_texts(prompts: list[list[int]], wave: int, max_tokens: int, model: str 
 
 def run(prompts: list[list[int]], wave: int, max_tokens: int, model: str,
         async_scheduling: bool = False) -> dict:
-    from da_lab.engine.models import model_path
+    from da_lab.models.tiny import model_path
     from da_lab.training.eval_engine import Run, run_batch, scheduling, start_lab
 
     t0 = time.perf_counter()

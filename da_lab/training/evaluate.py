@@ -170,14 +170,14 @@ def run_eval(n: int | None = 500, model=None, *, task: str = "auto", seed: int |
              wave: int | None = None, max_tokens: int | None = None, ablations: bool = False,
              base: bool = True, gen: dict | None = None, lab=None, prompts=None,
              async_scheduling: bool = False, progress: bool = True) -> dict:
-    """Evaluate `model` (a name of da_lab.engine.models or a folder; default: the lab's default
+    """Evaluate `model` (a name of da_lab.models.tiny or a folder; default: the lab's default
     model) on n held-out prompts of its task, or on the prompts of a file (`prompts`: all of
     them, or the first n). Starts its own engine unless `lab` (an idle Lab on that model) is
     given; the base model (nl task, `base`) runs in a child process first. `gen`: the nl
     generator's context / n_chunks ranges and domain split (default: the training ranges and
     domains); `async_scheduling`: let a GPU engine schedule ahead (eval_engine.start_lab).
     Returns KEYS, by_kind, by_set, rows (one per prompt) and the run's provenance and timings."""
-    from da_lab.engine.models import model_path
+    from da_lab.models.tiny import model_path
 
     t0 = time.perf_counter()
     load0 = os.getloadavg()[0]
@@ -232,7 +232,7 @@ def _file_info(path) -> dict | None:
     """A prompts file's name and sha256 (what was evaluated, checkably)."""
     if path is None:
         return None
-    from da_lab.engine.cache import file_sha256
+    from da_lab.models.cache import file_sha256
 
     return {"file": str(path), "sha256": file_sha256(path)}
 

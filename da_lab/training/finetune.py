@@ -144,7 +144,7 @@ def _setup(args):
     """(device, base folder, model, {weight name: LoRA}, optimiser, workers)."""
     import torch
 
-    from da_lab.engine.models import model_path
+    from da_lab.models.tiny import model_path
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda":
@@ -231,7 +231,7 @@ def run(argv=None):
     """Train; returns (training record, model with its live LoRA, {weight name: LoRA})."""
     import torch
 
-    from da_lab.engine.smollm2 import DELTA_FILE, WEIGHTS_SHA256
+    from da_lab.models.smollm2 import DELTA_FILE, WEIGHTS_SHA256
 
     t_start = time.perf_counter()
     args = parse_args(argv)

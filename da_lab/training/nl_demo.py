@@ -112,7 +112,7 @@ def record_example(path: str | Path, index: int = 0, max_tokens: int = 64) -> di
     import time
 
     from da_lab.engine.lab import Lab
-    from da_lab.engine.models import model_path
+    from da_lab.models.tiny import model_path
 
     ex = examples()[index]
     prompt = user_prompt(ex["documents"], ex["question"])

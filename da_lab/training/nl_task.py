@@ -83,7 +83,7 @@ class ChatTokens:
 def tokens(folder: str | None = None) -> ChatTokens:
     """SmolLM2's tokenizer (the base model's folder, built on first use)."""
     if folder is None:
-        from da_lab.engine.models import model_path
+        from da_lab.models.tiny import model_path
 
         folder = str(model_path("smollm2"))
     return ChatTokens(folder)

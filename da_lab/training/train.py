@@ -114,7 +114,7 @@ def save(model, cfg: dict, out: Path, meta: dict) -> Path:
     import torch
     from safetensors.torch import save_file
 
-    from da_lab.engine.models import write_tokenizer_files
+    from da_lab.models.tiny import write_tokenizer_files
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

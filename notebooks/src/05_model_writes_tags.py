@@ -6,7 +6,7 @@
 # The weights ship in `da_lab/assets/da-tiny-tags/` (3M parameters, 6 MB; `training.json` there says how they were made). Set `MODEL = "da-tiny-v1"` below to see the random model try: garbage tags, zeros in the table.
 
 # %%
-from da_lab.engine.models import default_model_name, model_path
+from da_lab.models.tiny import default_model_name, model_path
 
 MODEL = default_model_name()          # "da-tiny-tags" once trained, else "da-tiny-v1"
 print(MODEL, "->", model_path(MODEL))

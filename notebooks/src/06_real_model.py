@@ -6,7 +6,7 @@
 # Nobody forces a tag here. Give it documents and a question, and watch it choose.
 
 # %%
-from da_lab.engine.models import model_path
+from da_lab.models.tiny import model_path
 from da_lab.engine.one_lab import one_lab
 from da_lab.training import nl_demo
 

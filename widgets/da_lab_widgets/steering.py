@@ -146,7 +146,7 @@ _LEGEND = (
 
 def stream_note(header: dict, added: dict, live: bool = True) -> str:
     """What the learner reads in the stream: the marks, and whose words the text is."""
-    from da_lab.engine.models import MODEL_NAME, TRAINED_NAME
+    from da_lab.models.tiny import MODEL_NAME, TRAINED_NAME
 
     prov = header.get("provenance") or {}
     name = str(prov.get("model_name") or Path(str(prov.get("model", ""))).name)

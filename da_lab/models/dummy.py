@@ -19,8 +19,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from da_lab.engine.cache import lab_home
-from da_lab.engine.models import tokenizer_json, write_tokenizer_files
+from da_lab.models.cache import lab_home
+from da_lab.models.tiny import tokenizer_json, write_tokenizer_files
 
 SHAPES = {
     "llama-1b-dummy": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
@@ -99,7 +99,7 @@ def prepare_model(name: str, max_len: int, vocab: int = LLAMA_VOCAB) -> Path:
     raised, since the bench goes past its 8k. llama-8b-dummy: a config.json with Llama-3-8B
     shapes and the lab's tokenizer files; the engine loads it with load_format="dummy".
     """
-    from da_lab.engine.models import build_tiny_model
+    from da_lab.models.tiny import build_tiny_model
 
     tiny = build_tiny_model()
     positions = max(131072, 1 << math.ceil(math.log2(max(max_len, 2))))

@@ -1,6 +1,6 @@
 """The lab's local model cache: where locally built models live and how a build is checked.
 
-Shared by the embedded tiny models (`models`) and SmolLM2 (`smollm2`), so that neither has to
+Shared by the embedded tiny models (`tiny`) and SmolLM2 (`smollm2`), so that neither has to
 import the other."""
 
 from __future__ import annotations

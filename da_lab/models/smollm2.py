@@ -21,7 +21,7 @@ The build is deterministic: the same GGUF (its sha256 is checked) gives the same
 weights' sha256 is pinned below and a different result is reported. A folder is rebuilt when
 its source.json no longer matches (a new delta, a new builder version). DA_LAB_SMOLLM2_GGUF
 points at a .gguf file elsewhere (the GPU machine reassembles one from parts:
-`da_lab.engine.smollm2_parts`).
+`bench.models.smollm2_parts`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import warnings
 from pathlib import Path
 
 from da_lab import ASSETS
-from da_lab.engine.cache import build_atomically, file_sha256, fingerprint, lab_home
+from da_lab.models.cache import build_atomically, file_sha256, fingerprint, lab_home
 
 BASE_NAME = "smollm2"
 DA_NAME = "smollm2-da"

