@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from da_lab.training.evaluate import KEYS, summary
+from da_lab.training.evaluate import KEYS, load_document, summary
 
 SUMMARY = (*KEYS, "foreign_word_rate", "ablation_n", "refused_runs", "wrong_tag_chance",
            "by_kind", "by_set")
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     ap.add_argument("--stem", default=None)
     args = ap.parse_args(argv)
     src = Path(args.doc)
-    doc = json.loads(src.read_text())
+    doc = load_document(src)
     out_dir = Path(args.out_dir) if args.out_dir else src.parent
     stem = args.stem or src.stem
     for name, part in split(doc).items():

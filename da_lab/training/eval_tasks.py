@@ -167,8 +167,8 @@ def wrong_chunks(s) -> tuple[int, ...] | None:
 def wrong_tag(s) -> str | None:
     chunks = wrong_chunks(s)
     # In the prompt's own dialect: a paper-trained reply forced a card tag is off its format.
-    dialect = (getattr(s, "meta", None) or {}).get("protocol", "card")
-    return None if chunks is None else tag_text(Directive(Mode.FOCUS, chunks=chunks), dialect)
+    return None if chunks is None else tag_text(Directive(Mode.FOCUS, chunks=chunks),
+                                                s.meta.get("protocol", "card"))
 
 
 def hidden_layout(s) -> dict | None:

@@ -357,3 +357,13 @@ def table(res: dict) -> str:
         lines.append(f"wrong tag: a uniform guess among the prompt's values is right "
                      f"{res['wrong_tag_chance']:.3f} of the time")
     return "\n".join(lines)
+
+
+def load_document(path) -> dict:
+    """A `da-lab eval` document read back, plain or gzipped (committed results are .json.gz)."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    raw = Path(path).read_bytes()
+    return json.loads(gzip.decompress(raw) if str(path).endswith(".gz") else raw)

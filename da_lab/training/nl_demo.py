@@ -19,10 +19,12 @@ from pathlib import Path
 
 from da_lab.training import nl_gen as G
 from da_lab.training import nl_task as N
+from da_lab.training.evaluate import load_document
 
 LABEL = re.compile(r"^Document C\d+:\s*")
 user_prompt = N.user_prompt
 paper_user_prompt = N.paper_user_prompt      # the paper's Magic Chunk prompt (Ho et al. 2026)
+load_doc = load_document                     # for the lesson: a committed eval document
 
 
 def examples(kinds: tuple[str, ...] = ("single", "multi", "local"),
@@ -84,20 +86,11 @@ SUMMARY = (("n", "n"), ("tag_accuracy", "right tag"), ("da_answer_accuracy", "an
            ("decoding_attention_cost", "decoding attention cost"))
 
 
-def load_doc(path) -> dict:
-    """A `da-lab eval` document, plain or gzipped (the committed results are .json.gz)."""
-    import gzip
-
-    p = Path(path)
-    raw = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
-    return json.loads(raw)
-
-
 def eval_summary(paths) -> list[dict]:
     """One row per `da-lab eval` document: where it ran and its summary (SUMMARY's keys)."""
     rows = []
     for p in sorted(Path(x) for x in paths):
-        doc = load_doc(p)
+        doc = load_document(p)
         row = {"file": Path(p).name.removesuffix(".gz"), "engine": doc.get("engine"),
                "device": doc.get("device"), "wall_s": doc.get("wall_s")}
         row.update({label: doc.get(k) for k, label in SUMMARY})
@@ -134,17 +127,6 @@ def record_example(path: str | Path, index: int = 0, max_tokens: int = 64) -> di
             "wall_s": round(wall, 2)}
 
 
-if __name__ == "__main__":
-    import sys
-
-    from da_lab.engine.env import LOG_TO_STDERR, apply_env
-
-    apply_env(LOG_TO_STDERR)
-    if len(sys.argv) != 3 or sys.argv[1] != "--record":
-        sys.exit("usage: python -m da_lab.training.nl_demo --record TRACE.jsonl.gz")
-    print(json.dumps(record_example(sys.argv[2])))
-
-
 def paper_summary(lab, da_id: str, n_chunks: int) -> dict:
     """What a reply in the paper's format did: the chunks it focused first, the text in its
     <answer>, every mode change in order (a closing tag's restored mode included: the hook's
@@ -170,3 +152,13 @@ def paper_summary(lab, da_id: str, n_chunks: int) -> dict:
             partial = [int(b) for b in partially_kept(directive, st.layout, np.asarray(first))]
     return {"text": text, "focused": tuple(directive.chunks) if directive else (),
             "answer": answer, "modes": modes, "cost": request_cost(st), "partial": partial}
+
+if __name__ == "__main__":
+    import sys
+
+    from da_lab.engine.env import LOG_TO_STDERR, apply_env
+
+    apply_env(LOG_TO_STDERR)
+    if len(sys.argv) != 3 or sys.argv[1] != "--record":
+        sys.exit("usage: python -m da_lab.training.nl_demo --record TRACE.jsonl.gz")
+    print(json.dumps(record_example(sys.argv[2])))
