@@ -114,12 +114,17 @@ def test_concurrent_requests_do_not_affect_each_other(lab):
     prompt = lab.seed_prompt()
     solo_focus, *_ = run(lab, prompt, [(2, "<focus C5>")], max_tokens=20)
     solo_local, *_ = run(lab, prompt, [(3, "<local>")], max_tokens=20)
+    solo_plain = lab.requests[lab.add_request(prompt.token_ids, max_tokens=20)]
+    lab.run()
     a = lab.add_request(prompt, tags=[(2, "<focus C5>")], max_tokens=20)
     b = lab.add_request(prompt, tags=[(3, "<local>")], max_tokens=20)
-    batched = [res for res in lab.run() if len([r for r in res.requests if r.hooked]) == 2]
-    assert batched, "the two requests never ran in the same step"
+    c = lab.add_request(prompt.token_ids, max_tokens=20)     # no layout: the hook leaves it be
+    batched = [res for res in lab.run()
+               if len(res.requests) == 3 and len([r for r in res.requests if r.hooked]) == 2]
+    assert batched, "the three requests never ran in the same step"
     assert lab.requests[a]["token_ids"] == solo_focus
     assert lab.requests[b]["token_ids"] == solo_local
+    assert lab.requests[c]["token_ids"] == solo_plain["token_ids"]
     assert solo_focus != solo_local
 
 

