@@ -214,6 +214,17 @@ def test_checker_reads_signatures_inherited_attributes_calls_and_fields(tmp_path
     assert fields["fields"] == ["seq_lens", "block_table_tensor"]    # ClassVar left out
 
 
+def test_checker_follows_vllm_lazy_exports(tmp_path):
+    """`from vllm import LLM` resolves through vllm/__init__.py's MODULE_ATTRS map."""
+    root = _tree(tmp_path)
+    (root / "vllm" / "__init__.py").write_text(
+        'MODULE_ATTRS = {"Runner": ".v1.worker.gpu_model_runner:GPUModelRunner"}\n')
+    src = manifest.Sources(root)
+    assert manifest.find(src, manifest.Need("vllm:Runner", "class")) == \
+        {"found": True, "defined_in": V1}
+    assert not manifest.find(src, manifest.Need("vllm:Other", "class"))["found"]
+
+
 def test_a_drift_is_a_named_problem(tmp_path):
     """The runner here lacks num_scheduled_tokens and calls the build without it: both are
     problems, and a dummy run's call is exempt."""

@@ -89,8 +89,26 @@ def _imports(tree: ast.Module, module: str, is_pkg: bool) -> dict[str, tuple[str
     return out
 
 
+def _lazy_export(tree: ast.Module, module: str, is_pkg: bool, name: str):
+    """(module, name) of a lazy export: `MODULE_ATTRS = {"LLM": ".entrypoints.llm:LLM"}`, which
+    vllm/__init__.py's `__getattr__` imports on first use (`from vllm import LLM`)."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict) and \
+                any(isinstance(t, ast.Name) and t.id == "MODULE_ATTRS" for t in node.targets):
+            for k, v in zip(node.value.keys, node.value.values, strict=True):
+                if isinstance(k, ast.Constant) and k.value == name and \
+                        isinstance(v, ast.Constant) and isinstance(v.value, str):
+                    target, _, attr = v.value.partition(":")
+                    rel = target.lstrip(".")
+                    imp = ast.ImportFrom(module=rel or None, names=[],
+                                         level=len(target) - len(rel))
+                    return import_source(imp, module, is_pkg), attr
+    return None
+
+
 def find_class(src: Sources, module: str, name: str, depth: int = 0):
-    """(defining module, ClassDef) of `name` as seen from `module` (re-exports followed)."""
+    """(defining module, ClassDef) of `name` as seen from `module` (re-exports followed, and
+    lazy ones: `_lazy_export`)."""
     tree = src.tree(module)
     if tree is None or depth > 5:
         return None
@@ -98,7 +116,7 @@ def find_class(src: Sources, module: str, name: str, depth: int = 0):
         if isinstance(node, ast.ClassDef) and node.name == name:
             return module, node
     is_pkg = (src.file_of(module) or "").endswith("__init__.py")
-    imp = _imports(tree, module, is_pkg).get(name)
+    imp = _imports(tree, module, is_pkg).get(name) or _lazy_export(tree, module, is_pkg, name)
     return find_class(src, imp[0], imp[1], depth + 1) if imp else None
 
 

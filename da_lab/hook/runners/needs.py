@@ -1,6 +1,7 @@
 """What the DA hook relies on in vLLM, declared once: every module, class, method signature and
-attribute the adapters (and the engine side: its accessors, and the KV map, engine/kvmap.py)
-touch, with the releases each applies to. Two readers: the runtime (`live.py`, when the plugin
+attribute the adapters touch (and the engine side, da_lab/engine/: its accessors, the KV map,
+diagram 1's introspection, the Lab's engine calls; declared in needs_engine.py), with the
+releases each applies to. Two readers: the runtime (`live.py`, when the plugin
 loads) checks what Python can see on the live classes; the static checker
 (`da_lab/checks/manifest.py`) reads a wheel's sources with `ast`, and the test over the
 committed manifests (tests/test_vllm_manifests.py) checks every need against every release it
@@ -14,6 +15,20 @@ by one release fails) and what the adapters do about it (docs/vllm-internals.md 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+# The engine side's needs, and the scheduler-side symbols engine/kvmap.py imports from here.
+from da_lab.hook.runners.needs_engine import (  # noqa: F401 - re-exported
+    BLOCK,
+    COORDINATOR,
+    CORE,
+    ENGINE_NEEDS,
+    KV_MANAGER,
+    POOL,
+    REQUEST,
+    SAMPLING,
+    SCHED,
+    SINGLE_TYPE,
+)
 
 # Every release the hook has a manifest for, oldest first (manifests/vllm-<v>.json).
 RELEASES = ("0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0",
@@ -55,16 +70,6 @@ V2 = "vllm.v1.worker.gpu.model_runner:GPUModelRunner"
 CM = "vllm.v1.attention.backend:CommonAttentionMetadata"
 BUILDER = "vllm.v1.attention.backend:AttentionMetadataBuilder"
 GROUP = "vllm.v1.worker.utils:AttentionGroup"
-# The scheduler side, read by engine/kvmap.py (diagram 2's physical KV map) and access.py.
-CORE = "vllm.v1.engine.core:EngineCore"
-SCHED = "vllm.v1.core.sched.scheduler:Scheduler"
-KV_MANAGER = "vllm.v1.core.kv_cache_manager:KVCacheManager"
-COORDINATOR = "vllm.v1.core.kv_cache_coordinator:KVCacheCoordinator"
-SINGLE_TYPE = "vllm.v1.core.single_type_kv_cache_manager:SingleTypeKVCacheManager"
-POOL = "vllm.v1.core.block_pool:BlockPool"
-BLOCK = "vllm.v1.core.kv_cache_utils:KVCacheBlock"
-REQUEST = "vllm.v1.request:Request"
-SAMPLING = "vllm.sampling_params:SamplingParams"
 
 
 def _n(who, symbol, kind="function", **kw) -> Need:
@@ -164,36 +169,8 @@ NEEDS: tuple[Need, ...] = (
       for a in ("sampling_params", "num_preemptions", "num_prompt_tokens")),
     _n("service", "vllm.v1.worker.worker_base:WorkerBase", "class"),
     _n("service", "vllm.v1.core.sched.output:SchedulerOutput.finished_req_ids", "attribute"),
-    # the engine side (da_lab/engine/access.py, introspect.py): where an in-process engine
-    # keeps its parts
-    _n("engine", "vllm.entrypoints.llm:LLM.llm_engine", "attribute"),
-    _n("engine", "vllm.v1.engine.llm_engine:LLMEngine.engine_core", "attribute"),
-    _n("engine", "vllm.v1.engine.llm_engine:LLMEngine.vllm_config", "attribute"),
-    _n("engine", "vllm.v1.engine.core_client:InprocClient.engine_core", "attribute",
-       why="the in-process client's EngineCore; other clients have none (multiprocessing)"),
-    _n("engine", CORE + ".model_executor", "attribute"),
-    _n("engine", "vllm.v1.executor.uniproc_executor:UniProcExecutor.driver_worker",
-       "attribute"),
-    _n("engine", "vllm.v1.worker.worker_base:WorkerWrapperBase.worker", "attribute"),
-    _n("engine", "vllm.v1.worker.gpu_worker:Worker.model_runner", "attribute"),
-    _n("engine", POOL + ".num_gpu_blocks", "attribute", why="access.num_kv_blocks"),
-    _n("engine", "vllm.model_executor.layers.attention:Attention", "class"),
-    _n("engine", "vllm.model_executor.layers.linear:LinearBase", "class"),
-    _n("engine", "vllm.model_executor.custom_op:CustomOp", "class"),
-    _n("engine", BLOCK, "class", why="engine/kvmap.py reads the pool's blocks"),
-    _n("engine", "vllm.distributed.parallel_state:get_tp_group"),
-    _n("engine", "vllm.sampling_params:RequestOutputKind", "class"),
-    # engine/kvmap.py: the physical KV map (diagram 2), read off the scheduler; every
-    # attribute it reads on these objects is declared here (tests/test_vllm_manifests.py)
-    _n("kvmap", CORE + ".scheduler", "attribute"),
-    *(_n("kvmap", f"{SCHED}.{a}", "attribute")
-      for a in ("requests", "kv_cache_manager", "finished_req_ids")),
-    *(_n("kvmap", f"{KV_MANAGER}.{a}", "attribute") for a in ("block_pool", "coordinator")),
-    _n("kvmap", COORDINATOR + ".single_type_managers", "attribute"),
-    _n("kvmap", SINGLE_TYPE + ".req_to_blocks", "attribute"),
-    *(_n("kvmap", f"{POOL}.{a}", "attribute")
-      for a in ("blocks", "cached_block_hash_to_block", "enable_caching")),
-    *(_n("kvmap", f"{BLOCK}.{a}", "attribute") for a in ("block_id", "block_hash", "is_null")),
+    # the engine side (da_lab/engine/: access, kvmap, introspect, lab, ...): needs_engine.py
+    *(Need(**fields) for fields in ENGINE_NEEDS),
 )
 
 
