@@ -10,7 +10,7 @@
 # the paper's protocol, default 0; issue 40). PAPER_SETS=1: the eval also runs every set in
 # the paper's protocol (same documents and questions), N_NEEDLE long-text needle prompts
 # (default 36), and the base model zero-shot on the paper-protocol sets ($G/eval-zeroshot.json);
-# MAX_TOKENS (default: the eval's). OLD=0
+# MAX_TOKENS (default: the eval's); ZEROSHOT=0 leaves the zero-shot run out. OLD=0
 # skips the previous delta's run, BASE=0 the base model's (it does not change with the delta:
 # its figures stand from an earlier run).
 # Runs from a copy of the repository's da_lab (cd there first); G=/tmp/g26 by default.
@@ -23,7 +23,7 @@ case "$1" in
 train)
     python -m da_lab.training.finetune --device cuda --seed "${SEED:-11}" \
         --init da_lab/assets/smollm2-da/delta.safetensors --lr "${LR:-8e-4}" --warmup "${WARMUP:-20}" \
-        ${MIX:+--mix "$MIX"} --paper "${PAPER:-0}" \
+        ${MIX:+--mix "$MIX"} --paper "${PAPER:-0}" ${BATCH_TOKENS:+--batch-tokens "$BATCH_TOKENS"} \
         --time-budget-s "${BUDGET:-370}" --eval-n 96 --probe-n 32 --eval-every 120 \
         --out "$G/smollm2-da" > "$G/train.log" 2>&1
     touch "$G/train.done" ;;
@@ -52,7 +52,7 @@ eval)
         $([ "${BASE:-1}" = 0 ] && echo --no-base) \
         ${MAX_TOKENS:+--max-tokens "$MAX_TOKENS"} \
         --wave 128 --json --out "$G/eval-new.json" > /dev/null 2> "$G/eval.log"
-    if [ "${PAPER_SETS:-0}" = 1 ]; then
+    if [ "${PAPER_SETS:-0}" = 1 ] && [ "${ZEROSHOT:-1}" = 1 ]; then
         python -m da_lab.cli eval --model smollm2 --prompts "$G/paper.jsonl" --no-base \
             ${MAX_TOKENS:+--max-tokens "$MAX_TOKENS"} \
             --wave 128 --json --out "$G/eval-zeroshot.json" > /dev/null 2>> "$G/eval.log"

@@ -197,8 +197,7 @@ def make_sample(rng, *, heldout: bool = False, split: str = "train", kind: str |
     directive = (Directive(Mode.LOCAL) if not targets else
                  Directive(Mode.FOCUS, chunks=tuple(chunk_of[:targets])))
     if protocol == "paper":
-        facts = P.facts_for(texts, directive.chunks, vals, reply) if targets else []
-        resp, tags, _ = P.reply(tok, directive, facts, reply)
+        resp, tags, _ = P.reply(tok, directive, reply)
         tag, written = tag_text(directive, "paper"), [True] * len(resp)
     else:
         tag = tag_text(directive)

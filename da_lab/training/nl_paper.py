@@ -2,45 +2,35 @@
 training samples (issue 40): "Use at least one <focus> block, end with a <local> block
 committing to the final answer, and wrap the final answer in <answer>...</answer>."
 
-    single   <focus magic_chunks="7">EVIDENCE</focus>
+    single   <focus magic_chunks="7">REPLY</focus>
              <local><answer>REPLY</answer></local>
-    multi    <focus magic_chunks="2,9">EVIDENCE 2 EVIDENCE 9</focus>
+    multi    <focus magic_chunks="2,9">REPLY</focus>
              <local><answer>REPLY</answer></local>
     local    <local><answer>REPLY</answer></local>
 
-EVIDENCE is the sentence of each named document that holds the asked value, copied verbatim
-(what FOCUS is for: "extract verbatim facts"); REPLY is the card dialect's reply, so both
-dialects are scored the same way. Every tag is its own run of tokens, so the tag machine traps
-it at a token's end, and each tag's effect is listed as (output index of its last token, the
-directive in force from the next step on): a closing tag lists the directive it restores,
-which is what the hook applies and what training/masks.py expects.
+REPLY is the card dialect's reply: the asked fact stated in one sentence while the named
+documents are in view (what FOCUS is for: "extract verbatim facts" -- here the fact, in the
+document's value), then committed under LOCAL, so both dialects are scored the same way. The
+2026-12-05 delta copied the whole evidence sentence under FOCUS instead and picked a sentence
+without the value in 155 of 328 held-out prompts (docs/models.md). Every tag is its own run
+of tokens, so the tag machine traps it at a token's end, and each tag's effect is listed as
+(output index of its last token, the directive in force from the next step on): a closing tag
+lists the directive it restores, which is what the hook applies and what training/masks.py
+expects.
 """
 
 from __future__ import annotations
 
-import re
-
 from da_lab.core.directive import Closing
 from da_lab.core.tags import GLOBAL, Directive, Mode, tag_text
-from da_lab.training import nl_task as N
-
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n")
 
 
-def evidence(text: str, value: str) -> str | None:
-    """The first sentence of `text` that holds `value` (normalised, whole words), verbatim."""
-    for sentence in _SENTENCE.split(text):
-        if sentence.strip() and N.holders([sentence], [value]):
-            return sentence.strip()
-    return None
-
-
-def reply(tok, directive: Directive, facts: list[str],
+def reply(tok, directive: Directive,
           answer: str) -> tuple[list[int], list[tuple[int, Directive]], str]:
     """(token ids ending in EOS, the tags' effects, the text) of one paper-protocol reply."""
     pieces: list[tuple[str, Directive | None]] = []
     if directive.mode is Mode.FOCUS:
-        pieces += [(tag_text(directive, "paper"), directive), (" ".join(facts), None),
+        pieces += [(tag_text(directive, "paper"), directive), (answer, None),
                    (tag_text(Closing(Mode.FOCUS)), GLOBAL), ("\n", None)]
     local = Directive(Mode.LOCAL)
     pieces += [(tag_text(local, "paper"), local), ("<answer>", None), (answer, None),
@@ -52,11 +42,3 @@ def reply(tok, directive: Directive, facts: list[str],
         if effect is not None:
             tags.append((len(ids) - 1, effect))
     return ids + [tok.eos_id], tags, "".join(t for t, _ in pieces)
-
-
-def facts_for(texts: list[str], chunks: tuple[int, ...], values: list[str],
-              fallback: str) -> list[str]:
-    """One evidence sentence per named chunk (the first holding one of the asked values),
-    `fallback` when a document writes the value some way the sentence search can't find."""
-    return [next((e for v in values if (e := evidence(texts[c - 1], v))), fallback)
-            for c in chunks]
