@@ -121,7 +121,7 @@ print("forced wrong:", nl_demo.reply(lab.requests[rid_wrong]["text"]))
 
 # %% [markdown]
 # ## The paper's format: Magic Chunks, closing tags, `<answer>`
-# Ho et al., *Large Language Models Can Control Their Own Attention Span* (2026), prompt the same idea another way. The documents become "Magic Chunk 1:", "Magic Chunk 2:", … sections, each exactly as long as its text (not padded to whole blocks), under the paper's system prompt, the question and its instructions. The reply declares modes with XML-like tags: `<focus magic_chunks="3">` … `</focus>` copies the evidence while the kernel reads chunk 3 (the system prompt, question, instructions and the reply stay visible in every mode); `</focus>` *restores* the mode that was in force when `<focus>` opened — GLOBAL here; then `<local><answer>…</answer></local>` answers from the reply alone. The delta shipped here learned both formats (half of its training samples each). This cell builds the paper's prompt from the documents and question above — yours, if you typed them — and adds it to the engine; nothing runs until you press ▶ on its player or make your guess below.
+# Ho et al., *Large Language Models Can Control Their Own Attention Span* (2026), prompt the same idea another way. The documents become "Magic Chunk 1:", "Magic Chunk 2:", … sections, each exactly as long as its text (not padded to whole blocks), under the paper's system prompt, the question and its instructions. The reply declares modes with XML-like tags: `<focus magic_chunks="3">` … `</focus>` states the asked fact while the kernel reads chunk 3 (the system prompt, question, instructions and the reply stay visible in every mode); `</focus>` *restores* the mode that was in force when `<focus>` opened — GLOBAL here; then `<local><answer>…</answer></local>` commits to it, reading the reply alone. The delta shipped here learned both formats (half of its training samples each). This cell builds the paper's prompt from the documents and question above — yours, if you typed them — and adds it to the engine; nothing runs until you press ▶ on its player or make your guess below.
 #
 # A chunk that is not padded starts and ends inside a block. A kept chunk keeps every block it touches, so its edge blocks carry a few tokens of its neighbours: diagram 2 draws such a *partially kept* block, and the cell lists them.
 
@@ -172,13 +172,13 @@ if paper and guessed(PREDICT, ASK):
           got["partial"] or "none")
 
 # %% [markdown]
-# Measured the same way over many prompts (H200, 2026-12-05; the same documents and questions in both formats, and long single texts cut into ~2,048-token segments by the paper's rules). It names the right chunk as often in the paper's format as in the card's, but answers worse: it often copies the wrong sentence of the chunk it focused, and the answer follows the copy. The cost is higher because the paper keeps its system prompt, question and instructions in every mode and rounds chunks out to whole blocks. For scale, the paper's own headline, zero-shot on 27B–31B models over 15 long-context tasks: decoding attention cost −15.1% (Qwen-3.6-27B) and −53.1% (Gemma-4-31B) at −1.41 and −0.08 points of accuracy. The base SmolLM2, zero-shot, writes no tag at all.
+# Measured the same way over many prompts (H100, 2026-12-06; the same documents and questions in both formats, and long single texts cut into ~2,048-token segments by the paper's rules; the base model zero-shot on the H200, 2026-12-05). It names the right chunk as often in the paper's format as in the card's and answers almost as well (0.83 against 0.87 on domains it never saw). The cost is higher, about half of full attention: the system prompt, the "Magic Chunk k:" headers, the question and the instructions are a sixth of the prompt's tokens but sit in two fifths of its blocks, and every mode reads those. On one long text it picks the right segment only a third of the time: it never trained on 2,048-token segments. For scale, the paper's own headline, zero-shot on 27B–31B models over 15 long-context tasks: decoding attention cost −15.1% (Qwen-3.6-27B) and −53.1% (Gemma-4-31B) at −1.41 and −0.08 points of accuracy. The base SmolLM2, zero-shot, writes no tag at all.
 
 # %%
 import glob
 import pandas as pd
 
-paper_files = sorted(glob.glob("../bench/results/eval-smollm2-h200-2026-12-05-*.json.gz")
+paper_files = sorted(glob.glob("../bench/results/eval-smollm2-h100-2026-12-06-*.json.gz")
                      + glob.glob("../bench/results/eval-zeroshot-*-h200-2026-12-05-*.json.gz"))
 table = pd.DataFrame(nl_demo.eval_summary(paper_files)).set_index("file")
 table[["n", "right tag", "answer under DA", "same model, all blocks",
@@ -186,15 +186,15 @@ table[["n", "right tag", "answer under DA", "same model, all blocks",
 
 # %% [markdown]
 # ## The eval table
-# `da-lab eval --model smollm2-da --n N --ablations` runs generated prompts (600–6,000 tokens, 4–32 documents) of the training domains, or with `--domains heldout` of the 8 domains held out of training, and `--prompts FILE.jsonl` your own documents (`bench/data/handwritten-prompts.jsonl` is 66 written by hand), through the same engine and hook: the model's own tag, its answer under DA, the same model with every block visible, the *base* model with a plain instruction prompt (what you would do without DA), and the two ablations — a wrong tag forced, and the right tag with the needed document hidden. Both ablations should collapse toward chance: the answer comes from the blocks read after the tag, not from the tag's KV. The shipped delta's committed runs in the card's format (H200, 2026-12-05: training domains, held-out domains and hand-written side by side; the base model, which no delta changes, was measured once on the same prompts in the 2026-12-02 run: 0.18–0.19; docs/models.md has every run):
+# `da-lab eval --model smollm2-da --n N --ablations` runs generated prompts (600–6,000 tokens, 4–32 documents) of the training domains, or with `--domains heldout` of the 8 domains held out of training, and `--prompts FILE.jsonl` your own documents (`bench/data/handwritten-prompts.jsonl` is 66 written by hand), through the same engine and hook: the model's own tag, its answer under DA, the same model with every block visible, the *base* model with a plain instruction prompt (what you would do without DA), and the two ablations — a wrong tag forced, and the right tag with the needed document hidden. Both ablations should collapse toward chance: the answer comes from the blocks read after the tag, not from the tag's KV. The shipped delta's committed runs in the card's format (H100, 2026-12-06: training domains, held-out domains and hand-written side by side; the base model, which no delta changes, was measured once on the same prompts in the 2026-12-02 run: 0.18–0.19; docs/models.md has every run):
 
 # %%
-files = sorted(f for f in glob.glob("../bench/results/eval-smollm2-h200-2026-12-05-*.json.gz")
-               if "paper" not in f and "previous" not in f)
+files = sorted(f for f in glob.glob("../bench/results/eval-smollm2-h100-2026-12-06-*.json.gz")
+               if "paper" not in f)
 pd.DataFrame(nl_demo.eval_summary(files)).set_index("file").T
 
 # %% [markdown]
-# What it still can't do well: domains it never saw are answered 0.824 of the time against 0.960 in the training domains, and documents written by hand 0.70; two documents at once — it names the right pair 0.95–1.00 of the time, but on held-out domains the answer is right only 0.67 of the time (with the right pair read, a person's name for an organisation, or another attribute's value); two people or several quantities in one document (a club's coach and its captain: sports clubs 0.53; recipes 0.80); and the arithmetic or general knowledge a no-document question asks for (it writes `<local>`, then answers as a 135M model does: 0.88–0.89 on generated prompts, 6 of 12 hand-written). Rows where it went wrong, and the ablations, on the held-out domains:
+# What it still can't do well: domains it never saw are answered 0.868 of the time against 0.952 in the training domains, and documents written by hand 0.74; two documents at once — it names the right pair 0.96–1.00 of the time, but on held-out domains the answer is right only 0.68 of the time (with the right pair read in 21 of the 24 misses: a person's name for an organisation, or another attribute's value); two people or several quantities in one document (a club's coach and its captain: sports clubs 0.68; recipes 0.80); and the arithmetic or general knowledge a no-document question asks for (it writes `<local>`, then answers as a 135M model does: 0.85–0.87 on generated prompts, 5 of 12 hand-written). Rows where it went wrong, and the ablations, on the held-out domains:
 
 # %%
 doc = nl_demo.load_doc([f for f in files if "held-out-domains" in f][0])
