@@ -375,8 +375,8 @@ def test_ask_cli_check_tool_and_bench_extra_body(server, client, tmp_path):
     doc = json.loads(out.stdout)
     assert doc["tags"] == ["<focus C2>"] and isinstance(doc["text"], str)
     assert 0 < doc["stats"]["blocks_read"] < doc["stats"]["blocks_total"]
-    check = subprocess.run([sys.executable, "-m", "da_lab.serve.check", "--server", server.url],
-                           capture_output=True, text=True, timeout=120)
+    check = subprocess.run([sys.executable, "-m", "da_lab.client.check",
+                            "--server", server.url], capture_output=True, text=True, timeout=120)
     assert check.returncode == 0, check.stdout + check.stderr[-2000:]
     assert json.loads(check.stdout)["ranks"] == 1
     # What `vllm bench serve --extra-body` sends: one body for prompts of slightly different

@@ -175,9 +175,9 @@ def run(model: str, n_lists: int = 40, n_pairs: int = 16, n_leavers: int = 64,
         n_crowd: int = 24, num_blocks: int = 64) -> dict:
     import httpx
 
+    from da_lab.client.prompt import ServerTokenizer
     from da_lab.core.layout import build_prompt, seed_texts
     from da_lab.serve.child import ServerProcess
-    from da_lab.serve.prompt import ServerTokenizer
 
     rng = random.Random(0)
     res: dict = {"num_blocks": num_blocks}

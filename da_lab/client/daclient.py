@@ -5,7 +5,7 @@ official openai package.
     reply = DAClient("http://127.0.0.1:8000").ask(["C1 water 82. ...", ...], "value of water?")
     reply.text, reply.tags, reply.stats["blocks_read"], reply.stats["blocks_total"]
 
-`ask` builds the DA prompt with the server's own tokenizer and chat template (serve/prompt.py:
+`ask` builds the DA prompt with the server's own tokenizer and chat template (client/prompt.py:
 chunks padded to whole KV blocks), sends its token ids to /v1/completions with the layout in
 `vllm_xargs` (core/wire.py), streams the reply, then reads the request's DA stats from
 /da/requests/{id} (serve/endpoint.py says why stats travel that way).
@@ -60,7 +60,7 @@ class DAClient:
         import httpx
         from openai import OpenAI
 
-        from da_lab.serve.prompt import ServerTokenizer
+        from da_lab.client.prompt import ServerTokenizer
 
         if not server.startswith(("http://", "https://")):
             raise ValueError(f"--server takes the server's URL (http://HOST:PORT, as "
@@ -89,8 +89,8 @@ class DAClient:
     def prompt(self, chunks: Sequence[str], question: str, *, system: str | None = None,
                protocol: str = "card") -> DAPrompt:
         """The DA prompt: the card's padded chunks, or protocol="paper" for the paper's
-        Magic Chunk prompt of unpadded spans (serve/prompt.py)."""
-        from da_lab.serve.prompt import build
+        Magic Chunk prompt of unpadded spans (client/prompt.py)."""
+        from da_lab.client.prompt import build
 
         return build(self.tokenizer, list(chunks), question,
                      block_size=int(self.status["block_size"]), system=system,

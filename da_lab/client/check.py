@@ -1,6 +1,6 @@
 """A quick end-to-end check of a running DA server (e.g. `vllm serve --tensor-parallel-size 2`):
 
-    python -m da_lab.serve.check --server http://127.0.0.1:8000
+    python -m da_lab.client.check --server http://127.0.0.1:8000
 
 Builds the seed prompt (12 chunks) with the server's tokenizer, sends it streamed and whole with
 a director script (<focus C3,C7>, then <global>), and checks: both replies carry the tags in
@@ -53,7 +53,7 @@ def run(server: str, max_tokens: int = 24) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m da_lab.serve.check", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m da_lab.client.check", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--server", required=True)
     ap.add_argument("--max-tokens", type=int, default=24)
