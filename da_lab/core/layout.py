@@ -85,6 +85,24 @@ class Layout:
             if block_size >= 1 else ()
         return cls(block_size, head, touched, prompt_len, tuple(hidden), spans)
 
+    def at_block_size(self, block_size: int) -> Layout:
+        """The same chunks on an engine whose KV blocks hold `block_size` tokens. The paper's
+        spans are re-rounded (a smaller block rounds them out less); the card's whole-block
+        chunks stay whole blocks, so the new size must divide the old one."""
+        if block_size == self.block_size:
+            return self
+        if block_size < 1:
+            raise ValueError(f"a block size must be at least 1, not {block_size}")
+        if self.spans:
+            return Layout.from_spans(block_size, self.spans, self.prompt_len, self.hidden)
+        if self.block_size % block_size:
+            raise ValueError(f"block size {block_size}: the card's layout pads its chunks to "
+                             f"{self.block_size}-token blocks, and {block_size} does not divide "
+                             f"{self.block_size}")
+        k = self.block_size // block_size
+        return Layout(block_size, self.head_blocks * k, tuple(n * k for n in self.chunk_blocks),
+                      self.prompt_len, self.hidden)
+
     @property
     def unaligned(self) -> bool:
         """Chunks are token spans (the paper's prompt), not whole blocks."""

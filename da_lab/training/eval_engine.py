@@ -43,7 +43,8 @@ def blocks_for(prompt_lens: list[int], max_tokens: int, wave: int, runs_per_prom
 
 
 def start_lab(model, prompt_lens: list[int], max_tokens: int, wave: int,
-              runs_per_prompt: int, async_scheduling: bool = False):
+              runs_per_prompt: int, async_scheduling: bool = False,
+              block_size: int = BLOCK_SIZE):
     """A Lab sized for the eval: no rows recorded (records stay small), no cascade attention
     (GPU: prompts share their system prompt, and DA refuses a shared-prefix kernel), and by
     default no async scheduling (GPU: a tag then applies at the very next step, as on the CPU;
@@ -55,8 +56,10 @@ def start_lab(model, prompt_lens: list[int], max_tokens: int, wave: int,
     need = max(prompt_lens, default=0) + max_tokens
     # No cascade attention where the release has it (hook/runners/releases.py).
     extra = engine_kwargs(engine_version())
-    return Lab(model, num_blocks=blocks_for(prompt_lens, max_tokens, wave, runs_per_prompt),
-               max_model_len=max(1024, need + BLOCK_SIZE), record_rows=False,
+    return Lab(model, num_blocks=blocks_for(prompt_lens, max_tokens, wave, runs_per_prompt,
+                                            block_size),
+               block_size=block_size, max_model_len=max(1024, need + block_size),
+               record_rows=False,
                async_scheduling=async_scheduling, **extra)
 
 

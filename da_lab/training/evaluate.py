@@ -35,6 +35,7 @@ from a prompts file with "set" fields are also summarised by set.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -42,6 +43,7 @@ import time
 from datetime import UTC
 
 from da_lab.core.cost import cost, mean_cost, step_positions
+from da_lab.core.layout import BLOCK_SIZE
 from da_lab.training import eval_tasks as E
 from da_lab.training.eval_engine import (
     Run,
@@ -169,13 +171,15 @@ def _progress(n: int, on: bool):
 def run_eval(n: int | None = 500, model=None, *, task: str = "auto", seed: int | None = None,
              wave: int | None = None, max_tokens: int | None = None, ablations: bool = False,
              base: bool = True, gen: dict | None = None, lab=None, prompts=None,
-             async_scheduling: bool = False, progress: bool = True) -> dict:
+             async_scheduling: bool = False, block_size: int | None = None,
+             progress: bool = True) -> dict:
     """Evaluate `model` (a name of da_lab.models.tiny or a folder; default: the lab's default
     model) on n held-out prompts of its task, or on the prompts of a file (`prompts`: all of
     them, or the first n). Starts its own engine unless `lab` (an idle Lab on that model) is
     given; the base model (nl task, `base`) runs in a child process first. `gen`: the nl
     generator's context / n_chunks ranges and domain split (default: the training ranges and
-    domains); `async_scheduling`: let a GPU engine schedule ahead (eval_engine.start_lab).
+    domains); `async_scheduling`: let a GPU engine schedule ahead (eval_engine.start_lab);
+    `block_size`: the engine's KV block size, every prompt's layout re-rounded to it.
     Returns KEYS, by_kind, by_set, rows (one per prompt) and the run's provenance and timings."""
     from da_lab.models.tiny import model_path
 
@@ -187,6 +191,8 @@ def run_eval(n: int | None = 500, model=None, *, task: str = "auto", seed: int |
     gen = dict(gen or {})
     seed = tk.default_seed if seed is None else seed
     samples = tk.samples(n if n is not None or prompts else 500, seed, gen)
+    if block_size is not None:
+        samples = [_at_block_size(s, block_size) for s in samples]
     max_tokens = max_tokens or tk.max_tokens
     wave = wave or _default_wave()
     phases: dict[str, float] = {}
@@ -203,7 +209,11 @@ def run_eval(n: int | None = 500, model=None, *, task: str = "auto", seed: int |
         from da_lab.training.eval_engine import start_lab
 
         lab = start_lab(model_path(model), [len(s.prompt.token_ids) for s in samples],
-                        max_tokens, wave, 4 if ablations else 2, async_scheduling)
+                        max_tokens, wave, 4 if ablations else 2, async_scheduling,
+                        block_size or BLOCK_SIZE)
+    elif block_size is not None and block_size != lab.block_size:
+        raise ValueError(f"block size {block_size}: the Lab given runs {lab.block_size}-token "
+                         "blocks")
         phases["engine_start_s"] = round(lab.start_s, 1)
     try:
         rows = _run_waves(lab, tk, samples, seed, wave, max_tokens, ablations, base_doc,
@@ -217,7 +227,7 @@ def run_eval(n: int | None = 500, model=None, *, task: str = "auto", seed: int |
     res = summary(rows)
     res.update(rows=rows, seed=seed, task=tk.name, answer_rule=tk.answer_rule,
                generator={k: list(v) if isinstance(v, tuple) else v for k, v in gen.items()},
-               prompts=_file_info(prompts),
+               prompts=_file_info(prompts), block_size=lab.block_size,
                wave=wave, max_tokens=max_tokens, ablations=ablations, phases_s=phases,
                base=None if base_doc is None else {k: v for k, v in base_doc.items()
                                                     if k != "texts"},
@@ -226,6 +236,12 @@ def run_eval(n: int | None = 500, model=None, *, task: str = "auto", seed: int |
                host={"cpus": len(os.sched_getaffinity(0)),
                      "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)]})
     return res
+
+
+def _at_block_size(s, block_size: int):
+    """Sample `s` with its layout re-rounded to `block_size`-token blocks."""
+    prompt = dataclasses.replace(s.prompt, layout=s.prompt.layout.at_block_size(block_size))
+    return dataclasses.replace(s, prompt=prompt)
 
 
 def _file_info(path) -> dict | None:
@@ -324,7 +340,8 @@ def document(res: dict, command: str) -> dict:
     time), the summary (KEYS at the top level, then by kind) and one row per prompt."""
     from datetime import datetime
 
-    prov = ("engine", "device", "model", "model_folder", "runner", "async_scheduling")
+    prov = ("engine", "device", "model", "model_folder", "runner", "async_scheduling",
+            "block_size")
     extra = ("foreign_word_rate", "ablation_n", "refused_runs", "wrong_tag_chance", "task",
              "answer_rule", "seed", "generator", "prompts", "wave", "max_tokens", "ablations",
              "phases_s", "host", "base", "by_kind", "by_set")
