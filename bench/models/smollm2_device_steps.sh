@@ -4,8 +4,9 @@
 #   2026-12-06, training: piece (carry .smol/p1), piece (.smol/p2), build (.smol/p3: join the
 #     xz'd GGUF, build the base, start training), a (.gpu/a), b (.gpu/b), wait_train (then
 #     starts the eval), wait_eval.
-#   2026-12-07, the shipped delta at KV block sizes 32 and 16: a, b (ORACLE=1 also runs the GPU
-#     oracle), piece, piece, build_blocks (join, build, start `prompts` + `blocks`), wait_eval.
+#   2026-12-07, the shipped delta at KV block sizes 32 and 16 on the paper's prompts: a, b
+#     (ORACLE=1 also runs the GPU oracle), piece, piece, build_blocks (join, build, start
+#     `prompts` + `blocks`), wait_eval.
 # The pieces: `python -m bench.models.smollm2_parts split .smol/whole --part-mb 200`, `xz -6`
 # its part, `split -b 30160000` into .smol/p1..p3 (p3 also holds the manifest and site/).
 set -e
@@ -28,7 +29,7 @@ build)
   sleep 25; tail -5 /tmp/g26/train.log; cat /tmp/train.out ;;
 build_blocks)
   base
-  cd /tmp/code && PYTHONPATH=$PP PAPER_SETS=1 G=/tmp/g26 setsid nohup bash -c "bash bench/models/smollm2_gpu.sh prompts && bash bench/models/smollm2_gpu.sh blocks" > /tmp/eval.out 2>&1 < /dev/null &
+  cd /tmp/code && PYTHONPATH=$PP PAPER_SETS=1 PROMPTS=/tmp/g26/paper.jsonl G=/tmp/g26 setsid nohup bash -c "bash bench/models/smollm2_gpu.sh prompts && bash bench/models/smollm2_gpu.sh blocks" > /tmp/eval.out 2>&1 < /dev/null &
   sleep 20; cat /tmp/eval.out; tail -3 /tmp/g26/eval.log || true ;;
 a) python3 .gpu/a/unpack.py .gpu/a /tmp/site; tail -2 /tmp/g26/train.log 2>/dev/null || true ;;
 b) python3 .gpu/b/unpack.py .gpu/b /tmp/site

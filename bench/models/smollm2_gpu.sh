@@ -50,9 +50,10 @@ prompts)
     ;;
 blocks)
     # The shipped delta at each KV block size in BLOCKS (default "32 16"), one engine a size,
-    # on the prompts `prompts` wrote: the paper's spans are rounded out to whole blocks.
+    # on the prompts `prompts` wrote (PROMPTS: a file of them, default all of them): the
+    # paper's spans are rounded out to whole blocks.
     for bs in ${BLOCKS:-32 16}; do
-        python -m da_lab.cli eval --model smollm2-da --prompts "$G/prompts.jsonl" --ablations \
+        python -m da_lab.cli eval --model smollm2-da --prompts "${PROMPTS:-$G/prompts.jsonl}" --ablations \
             --no-base --max-tokens "${MAX_TOKENS:-128}" --wave 128 --block-size "$bs" --json \
             --out "$G/eval-bs$bs.json" > /dev/null 2>> "$G/eval.log"
     done
