@@ -132,3 +132,33 @@ def test_finetune_mixes_in_the_share_asked_and_replays_card_runs(tok):
     texts = [tok.decode(row) for row in paper["ids"]]
     assert all("Magic Chunk 1:" in t and "<answer>" in t for t in texts)
     assert not any("Magic Chunk" in tok.decode(row) for row in card["ids"])
+
+
+def test_the_engines_decode_positions_come_back_from_the_replies(tok, tmp_path):
+    """bench/models/cost_at_block_size.py replays a committed eval's replies through the tag
+    machine and the layout: at the run's own 32-token blocks it must give back, row by row, the
+    KV positions the H100 engine counted; a smaller block reads no more."""
+    import json
+
+    from bench.models.cost_at_block_size import row_positions
+    from da_lab.training import eval_prompts as P
+    from da_lab.training.evaluate import load_document
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    doc = load_document(root / "bench/results/eval-smollm2-h100-2026-12-06-paper-hand-written"
+                                ".json.gz")
+    lines = []      # the file's lines as the run had them (smollm2_gpu.sh `prompts`)
+    for line in (root / "bench/data/handwritten-prompts.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        rec.update(protocol="paper", set="paper/hand-written/" + rec["set"])
+        lines.append(json.dumps(rec))
+    (tmp_path / "p.jsonl").write_text("\n".join(lines) + "\n")
+    by_id = {s.meta["id"]: s for s in P.samples(tmp_path / "p.jsonl")}
+    assert len(doc["rows"]) == len(by_id) == 66
+    for row in doc["rows"]:
+        s = by_id[row["id"]]
+        at32 = row_positions(row, s, tok, 32)
+        assert at32 == (row["decode_kv_read"], row["decode_kv_full"]), row["id"]
+        r16, f16 = row_positions(row, s, tok, 16)
+        r1, f1 = row_positions(row, s, tok, 1)
+        assert f16 == f1 == at32[1] and r1 <= r16 <= at32[0]
