@@ -22,7 +22,7 @@ from queue import Empty
 from jupyter_client.channels import AsyncZMQSocketChannel
 
 SLICE_S = 0.5
-MISSED: list[str] = []      # the kind of each message found only when a slice ran out
+MISSED: list[str] = []      # the kind of each message read when its slice had run out
 
 
 async def _get_msg(self, timeout: float | None = None) -> dict:
@@ -46,6 +46,7 @@ AsyncZMQSocketChannel.get_msg = _get_msg
 def pytest_terminal_summary(terminalreporter):
     if MISSED:
         terminalreporter.write_line(
-            f"kernel channels: {len(MISSED)} message(s) found only at the end of a "
-            f"{SLICE_S} s poll (a missed wake-up; notebooks/conftest.py): "
+            f"kernel channels: {len(MISSED)} message(s) read at the end of a {SLICE_S} s poll "
+            "slice (a wake-up the poller missed, or a message that came just then; "
+            "notebooks/conftest.py): "
             + ", ".join(sorted(set(MISSED))))

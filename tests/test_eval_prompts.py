@@ -214,7 +214,8 @@ def test_prompts_that_are_no_file_are_called_what_they_are(tmp_path):
     for path, says in ((tmp_path, "is a folder"), (fifo, "is a FIFO"),
                        ("/dev/null", "is a device"), (tmp_path / "nope", "no such file")):
         args = SimpleNamespace(out=None, n=None, wave=None, max_tokens=None, context=None,
-                               chunks=None, domains=None, prompts=str(path), device="auto")
+                               chunks=None, domains=None, prompts=str(path), device="auto",
+                               block_size=None)
         assert _eval_args(args) == ({}, f"--prompts {path}: {says}" + (
             ", not a prompts file (one JSON object per line)" if "is a" in says else ""))
 

@@ -239,8 +239,8 @@ def test_eval_cli_json_through_the_engine(smoke_checkpoint, tmp_path):
 
     summary = set(KEYS)
     assert set(doc) == summary | {"command", "engine", "device", "model", "model_folder",
-                                  "runner", "async_scheduling", "date", "wall_s", "seed",
-                                  "by_kind", "rows",
+                                  "runner", "async_scheduling", "block_size", "date",
+                                  "wall_s", "seed", "by_kind", "rows",
                                   "ablation_n", "refused_runs", "wrong_tag_chance", "task",
                                   "answer_rule",
                                   "generator", "wave", "max_tokens", "ablations", "phases_s",
