@@ -85,9 +85,10 @@ def cmd_eval(args) -> int:
                        async_scheduling=args.async_scheduling, block_size=args.block_size,
                        progress=not args.json)
     except (ValueError, FileNotFoundError, RuntimeError) as e:
-        # vLLM names the sizes its attention backend takes ("MultipleOf(32)" on the CPU).
+        # The layout's refusal, or vLLM naming the sizes its attention backend takes
+        # ("MultipleOf(32)" on the CPU), said against the option that caused it.
         said = f"--block-size {args.block_size}: {e}" if args.block_size and \
-            "block size" in str(e).lower() and "--block-size" not in str(e) else str(e)
+            "block" in str(e).lower() else str(e)
         print(f"da-lab: {said}", file=sys.stderr)
         return 2
     doc = document(res, "da-lab " + " ".join(sys.argv[1:] if args.argv is None else args.argv))

@@ -20,6 +20,7 @@ import sys
 from collections import defaultdict
 
 from da_lab.core.cost import cost, decode_positions
+from da_lab.core.layout import BLOCK_SIZE
 from da_lab.core.tags import TagStream
 from da_lab.training import eval_prompts as P
 from da_lab.training import nl_task as N
@@ -77,13 +78,12 @@ def main(argv=None) -> int:
     # A file may hold a prompt twice under one id (both dialects): the set tells them apart.
     by_id = {(s.meta.get("id"), s.meta.get("set")): s for s in P.samples(a.prompts)}
     tok = N.tokens()
-    own = doc.get("block_size") or 32
+    own = doc.get("block_size") or BLOCK_SIZE      # documents before 2026-12-07 ran at 32
     sizes = [own] + [b for b in a.block_size if b != own]
     sums: dict = defaultdict(lambda: [0, 0])
-    same = rows = 0
+    same = 0
     for row in doc["rows"]:
         s = by_id[(row["id"], row.get("set"))]
-        rows += 1
         for bs in sizes:
             r, f = row_positions(row, s, tok, bs)
             for key in ("all", row["kind"]):
@@ -91,8 +91,8 @@ def main(argv=None) -> int:
                 sums[(key, bs)][1] += f
             if bs == own:
                 same += (r, f) == (row["decode_kv_read"], row["decode_kv_full"])
-    print(f"{a.eval}: {rows} rows; at its own {own}-token blocks the replay gives the engine's "
-          f"positions for {same} of them")
+    print(f"{a.eval}: {len(doc['rows'])} rows; at its own {own}-token blocks the replay gives "
+          f"the engine's positions for {same} of them")
     for key in ("all", "single", "multi", "local"):
         if (key, own) in sums:
             print(f"  {key:6s} " + "  ".join(

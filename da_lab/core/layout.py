@@ -96,9 +96,8 @@ class Layout:
         if self.spans:
             return Layout.from_spans(block_size, self.spans, self.prompt_len, self.hidden)
         if self.block_size % block_size:
-            raise ValueError(f"block size {block_size}: the card's layout pads its chunks to "
-                             f"{self.block_size}-token blocks, and {block_size} does not divide "
-                             f"{self.block_size}")
+            raise ValueError(f"the card's layout pads its chunks to {self.block_size}-token "
+                             f"blocks, and {block_size} does not divide {self.block_size}")
         k = self.block_size // block_size
         return Layout(block_size, self.head_blocks * k, tuple(n * k for n in self.chunk_blocks),
                       self.prompt_len, self.hidden)
