@@ -7,6 +7,8 @@
 #   2026-12-07, the shipped delta at KV block sizes 32 and 16 on the paper's prompts: a, b
 #     (ORACLE=1 also runs the GPU oracle), piece, piece, build_blocks (join, build, start
 #     `prompts` + `blocks`), wait_eval.
+#   2026-12-07, a continued delta and its evals in one background job: a, b, piece, piece,
+#     build_chain (join, build, start `smollm2_gpu.sh chain`), then wait_chain until it says done.
 # The pieces: `python -m bench.models.smollm2_parts split .smol/whole --part-mb 200`, `xz -6`
 # its part, `split -b 30160000` into .smol/p1..p3 (p3 also holds the manifest and site/).
 set -e
@@ -31,6 +33,19 @@ build_blocks)
   base
   cd /tmp/code && PYTHONPATH=$PP PAPER_SETS=1 PROMPTS=/tmp/g26/paper.jsonl G=/tmp/g26 setsid nohup bash -c "bash bench/models/smollm2_gpu.sh prompts && bash bench/models/smollm2_gpu.sh blocks" > /tmp/eval.out 2>&1 < /dev/null &
   sleep 20; cat /tmp/eval.out; tail -3 /tmp/g26/eval.log || true ;;
+build_chain)
+  code; base
+  cd /tmp/code && PYTHONPATH=$PP SEED=${SEED:-29} LR=${LR:-3e-4} PAPER=${PAPER:-0.6} BUDGET=${BUDGET:-560} BATCH_TOKENS=${BATCH_TOKENS:-32768} G=/tmp/g26 setsid nohup bash bench/models/smollm2_gpu.sh chain > /tmp/chain.out 2>&1 < /dev/null &
+  sleep 25; tail -3 /tmp/g26/train.log; cat /tmp/chain.out ;;
+wait_chain)
+  # Waits up to WAIT seconds for the job, then sends back what it has so far (gzipped evals).
+  for i in $(seq 1 ${WAIT:-540}); do [ -f /tmp/g26/chain.done ] && break; sleep 1; done
+  tail -4 /tmp/g26/train.log 2>/dev/null; tail -8 /tmp/g26/eval.log 2>/dev/null; cat /tmp/chain.out
+  ls -la /tmp/g26
+  cp /tmp/g26/train.log /tmp/g26/eval.log "$OUT/" 2>/dev/null || true
+  [ -f /tmp/g26/train.done ] && cp /tmp/g26/smollm2-da/delta.safetensors /tmp/g26/smollm2-da/training.json "$OUT/"
+  for f in /tmp/g26/eval-*.json; do [ -f "$f" ] && gzip -c "$f" > "$OUT/$(basename "$f").gz"; done
+  [ -f /tmp/g26/chain.done ] && echo CHAIN DONE || true ;;
 a) python3 .gpu/a/unpack.py .gpu/a /tmp/site; tail -2 /tmp/g26/train.log 2>/dev/null || true ;;
 b) python3 .gpu/b/unpack.py .gpu/b /tmp/site
    [ -d /tmp/code ] || code
@@ -50,5 +65,5 @@ wait_eval)
   for i in $(seq 1 ${WAIT:-560}); do [ -f /tmp/g26/eval.done ] && break; sleep 1; done
   tail -20 /tmp/g26/eval.log; cat /tmp/eval.out
   cp /tmp/g26/eval.log /tmp/g26/eval-*.json "$OUT/" || true ;;
-*) echo "usage: $0 piece|build|build_blocks|a|b|wait_train|wait_eval" >&2; exit 2 ;;
+*) echo "usage: $0 piece|build|build_blocks|build_chain|a|b|wait_train|wait_eval|wait_chain" >&2; exit 2 ;;
 esac
