@@ -7,7 +7,7 @@
 #   2026-12-07, the shipped delta at KV block sizes 32 and 16 on the paper's prompts: a, b
 #     (ORACLE=1 also runs the GPU oracle), piece, piece, build_blocks (join, build, start
 #     `prompts` + `blocks`), wait_eval.
-#   2026-12-07, a continued delta and its evals in one background job: a, b, piece, piece,
+#   2026-12-07, the shipped delta at 16, a continued delta and its evals in one background job: a, b, piece, piece,
 #     build_chain (join, build, start `smollm2_gpu.sh chain`), then wait_chain until it says done.
 # The pieces: `python -m bench.models.smollm2_parts split .smol/whole --part-mb 200`, `xz -6`
 # its part, `split -b 30160000` into .smol/p1..p3 (p3 also holds the manifest and site/).
@@ -35,7 +35,7 @@ build_blocks)
   sleep 20; cat /tmp/eval.out; tail -3 /tmp/g26/eval.log || true ;;
 build_chain)
   code; base
-  cd /tmp/code && PYTHONPATH=$PP SEED=${SEED:-29} LR=${LR:-3e-4} PAPER=${PAPER:-0.6} BUDGET=${BUDGET:-560} BATCH_TOKENS=${BATCH_TOKENS:-32768} G=/tmp/g26 setsid nohup bash bench/models/smollm2_gpu.sh chain > /tmp/chain.out 2>&1 < /dev/null &
+  cd /tmp/code && PYTHONPATH=$PP SEED=${SEED:-29} LR=${LR:-3e-4} PAPER=${PAPER:-0.6} BUDGET=${BUDGET:-400} BATCH_TOKENS=${BATCH_TOKENS:-32768} G=/tmp/g26 setsid nohup bash bench/models/smollm2_gpu.sh chain > /tmp/chain.out 2>&1 < /dev/null &
   sleep 25; tail -3 /tmp/g26/train.log; cat /tmp/chain.out ;;
 wait_chain)
   # Waits up to WAIT seconds for the job, then sends back what it has so far (gzipped evals).

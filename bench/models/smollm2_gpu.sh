@@ -7,9 +7,9 @@
 #   bench/models/smollm2_gpu.sh eval     # -> $G/eval-new.json, $G/eval-old.json, $G/eval.log
 #   bench/models/smollm2_gpu.sh blocks   # the shipped delta at block sizes $BLOCKS -> $G/eval-bs*.json
 #                                        # (run `prompts` first; PAPER_SETS=1 for the paper's sets)
-#   bench/models/smollm2_gpu.sh chain    # train, then the new delta at 32 (both dialects) and at 16
-#                                        # (paper's sets), then the previous one at 16 and 32
-#                                        # -> $G/eval-new.json, eval-bs16.json, eval-old-bs{16,32}.json
+#   bench/models/smollm2_gpu.sh chain    # the shipped delta at 16, then train, then the new delta
+#                                        # at 32 (both dialects) and at 16 (the paper's sets)
+#                                        # -> $G/eval-bs16.json, eval-new.json, eval-new-bs16.json
 # BUDGET (train seconds, default 370), LR (default 8e-4), WARMUP (steps, default 20), MIX
 # (p_local,p_multi of training samples, default nl_gen.TRAIN_MIX), PAPER (share of samples in
 # the paper's protocol, default 0; issue 40). PAPER_SETS=1: the eval also runs every set in
@@ -81,13 +81,14 @@ eval)
         --wave 128 --json --out "$G/eval-old.json" > /dev/null 2>> "$G/eval.log"
     touch "$G/eval.done" ;;
 chain)
-    # One background job for a whole device session (the wait calls only collect): each eval
-    # is written as soon as it ends, the most needed first.
+    # One background job for a whole device session (the wait calls only collect), each eval
+    # written as soon as it ends: the shipped delta at 16-token blocks on the paper's sets,
+    # then a continued delta (train), at 32 in both dialects and at 16 on the paper's sets.
+    PAPER_SETS=1 bash "$0" prompts
+    PROMPTS="$G/paper.jsonl" BLOCKS=16 bash "$0" blocks
     bash "$0" train
     PAPER_SETS=1 BASE=0 OLD=0 ZEROSHOT=0 MAX_TOKENS=128 bash "$0" eval
-    PROMPTS="$G/paper.jsonl" BLOCKS=16 bash "$0" blocks
-    python -c "from da_lab.models import smollm2 as S; print(S.build('smollm2-da', '$G/old-da', delta='$G/old/delta.safetensors'))" >> "$G/eval.log" 2>&1
-    MODEL="$G/old-da" TAG=old- PROMPTS="$G/paper.jsonl" BLOCKS="16 32" bash "$0" blocks
+    TAG=new- PROMPTS="$G/paper.jsonl" BLOCKS=16 bash "$0" blocks
     touch "$G/chain.done" ;;
 *) echo "usage: $0 train|prompts|blocks|eval|chain" >&2; exit 2 ;;
 esac
