@@ -162,3 +162,34 @@ def test_the_engines_decode_positions_come_back_from_the_replies(tok, tmp_path):
         r16, f16 = row_positions(row, s, tok, 16)
         r1, f1 = row_positions(row, s, tok, 1)
         assert f16 == f1 == at32[1] and r1 <= r16 <= at32[0]
+
+
+def _shown(lay, k: int, n: int) -> bool:
+    """Does a block that FOCUS on chunk k keeps (span rounded outward) hold part of chunk n?"""
+    bs, (a, b) = lay.block_size, lay.spans[k - 1]
+    return lay.spans[n - 1][0] < -(-b // bs) * bs and lay.spans[n - 1][1] > a // bs * bs
+
+
+def test_paper_misses_finds_where_a_written_value_lives(samples):
+    from bench.models.paper_misses import holder
+
+    def neighbour_shown(x):
+        k = x.directive.chunks[0]
+        return next((n for n in (k - 1, k + 1) if 1 <= n <= x.prompt.layout.n_chunks
+                     and _shown(x.prompt.layout, k, n)), None)
+    s = next(x for x in samples if x.kind == "single" and x.prompt.layout.n_chunks >= 5
+             and neighbour_shown(x))
+    docs, k = s.meta["documents"], s.directive.chunks[0]
+    row = {"tag_written": f'<focus magic_chunks="{k}">', "question": "What is it?"}
+    assert holder(dict(row, answer=f"{s.meta['values'][0]}."), s) == "the focused document"
+    assert holder(dict(row, answer="Zyxwvut Qqqq."), s) == "no document, as written"
+
+    def only_in(i):         # a word of document i that no other document holds
+        return next(w for w in sorted(set(docs[i - 1].replace(",", "").split()), key=len,
+                                      reverse=True)
+                    if w.isalpha() and not any(w.lower() in t.lower() for j, t in
+                                               enumerate(docs, 1) if j != i))
+    far = next(i for i in range(1, len(docs) + 1) if abs(i - k) > 1)
+    assert holder(dict(row, answer=only_in(far) + "."), s) == "another chunk, hidden by FOCUS"
+    assert holder(dict(row, answer=only_in(neighbour_shown(s)) + "."), s) == (
+        "a neighbour a 32-token block shows in part")
