@@ -19,18 +19,21 @@ from collections import Counter
 
 from da_lab.training import eval_prompts as P
 from da_lab.training.evaluate import load_document
+from da_lab.training.nl_task import PLAIN_WORDS
 
-_FILLER = {"is", "the", "of", "was", "in", "has", "a", "an", "its", "it", "and", "are"}
+
+def index(pid: str) -> str:
+    """A prompt's index in its set: the same prompt's ids differ only by the set's name."""
+    return pid.rsplit(":", 1)[1]
 
 
 def by_prompt(doc: dict) -> dict:
-    """{index of the prompt in its set: row}: the ids differ only by the set's name."""
-    return {r["id"].rsplit(":", 1)[1]: r for r in doc["rows"]}
+    return {index(r["id"]): r for r in doc["rows"]}
 
 
 def written_value(answer: str, question: str) -> str:
     """The answer's words that are not the question's (the value it states)."""
-    skip = set(re.findall(r"\w+", question.lower())) | _FILLER
+    skip = set(re.findall(r"\w+", question.lower())) | PLAIN_WORDS
     return " ".join(w for w in re.findall(r"[\w']+", answer.rstrip(".")) if w.lower() not in skip)
 
 
@@ -59,7 +62,7 @@ def main(argv=None) -> int:
     ap.add_argument("paper_prompts")
     a = ap.parse_args(argv)
     card, paper = by_prompt(load_document(a.card)), by_prompt(load_document(a.paper))
-    samples = {s.meta["id"].rsplit(":", 1)[1]: s for s in P.samples(a.paper_prompts)}
+    samples = {index(s.meta["id"]): s for s in P.samples(a.paper_prompts)}
     single = [k for k, r in paper.items() if r["kind"] == "single"]
     print(f"{len(single)} one-document prompts in both dialects")
     for name, rows in (("card", card), ("paper", paper)):
@@ -72,7 +75,7 @@ def main(argv=None) -> int:
               f"under DA {sum(r['correct'] for r in rs) / n:.3f}; DA right where all blocks "
               f"were wrong {fixed}, the other way {lost}, both wrong {both}")
     wrong = [paper[k] for k in single if paper[k]["tag_correct"] and not paper[k]["correct"]]
-    where = Counter(holder(r, samples[r["id"].rsplit(":", 1)[1]]) for r in wrong)
+    where = Counter(holder(r, samples[index(r["id"])]) for r in wrong)
     print(f"  the paper's {len(wrong)} wrong answers under the right chunk: the value it wrote "
           "is in")
     for k, v in where.most_common():

@@ -62,7 +62,7 @@ blocks)
     done
     touch "$G/eval.done" ;;
 eval)
-    bash "$0" prompts
+    [ "${PROMPTS_READY:-0}" = 1 ] || bash "$0" prompts     # chain: written already
     mkdir -p "$G/old"
     cp da_lab/assets/smollm2-da/delta.safetensors "$G/old/delta.safetensors"
     cp "$G/smollm2-da/delta.safetensors" "$G/smollm2-da/training.json" da_lab/assets/smollm2-da/
@@ -87,7 +87,7 @@ chain)
     PAPER_SETS=1 bash "$0" prompts
     PROMPTS="$G/paper.jsonl" BLOCKS=16 bash "$0" blocks
     bash "$0" train
-    PAPER_SETS=1 BASE=0 OLD=0 ZEROSHOT=0 MAX_TOKENS=128 bash "$0" eval
+    PROMPTS_READY=1 PAPER_SETS=1 BASE=0 OLD=0 ZEROSHOT=0 MAX_TOKENS=128 bash "$0" eval
     TAG=new- PROMPTS="$G/paper.jsonl" BLOCKS=16 bash "$0" blocks
     touch "$G/chain.done" ;;
 *) echo "usage: $0 train|prompts|blocks|eval|chain" >&2; exit 2 ;;
