@@ -7,7 +7,7 @@
 #   2026-12-07, the shipped delta at KV block sizes 32 and 16 on the paper's prompts: a, b
 #     (ORACLE=1 also runs the GPU oracle), piece, piece, build_blocks (join, build, start
 #     `prompts` + `blocks`), wait_eval.
-#   2026-12-07, the shipped delta at 16, a continued delta and its evals in one background
+#   2026-12-07, a continued delta, its evals and the shipped delta at 16 in one background
 #     job: a, b, piece, piece, build_chain (join, build, start `smollm2_gpu.sh chain`), then
 #     wait_chain until it says CHAIN DONE.
 # The pieces: `python -m bench.models.smollm2_parts split .smol/whole --part-mb 200`, `xz -6`

@@ -7,9 +7,9 @@
 #   bench/models/smollm2_gpu.sh eval     # -> $G/eval-new.json, $G/eval-old.json, $G/eval.log
 #   bench/models/smollm2_gpu.sh blocks   # the shipped delta at block sizes $BLOCKS -> $G/eval-bs*.json
 #                                        # (run `prompts` first; PAPER_SETS=1 for the paper's sets)
-#   bench/models/smollm2_gpu.sh chain    # the shipped delta at 16, then train, then the new delta
-#                                        # at 32 (both dialects) and at 16 (the paper's sets)
-#                                        # -> $G/eval-bs16.json, eval-new.json, eval-new-bs16.json
+#   bench/models/smollm2_gpu.sh chain    # train, the new delta at 32 (both dialects) and at 16
+#                                        # (the paper's sets), then the shipped delta at 16
+#                                        # -> $G/eval-new.json, eval-new-bs16.json, eval-bs16.json
 # BUDGET (train seconds, default 370), LR (default 8e-4), WARMUP (steps, default 20), MIX
 # (p_local,p_multi of training samples, default nl_gen.TRAIN_MIX), PAPER (share of samples in
 # the paper's protocol, default 0; issue 40). PAPER_SETS=1: the eval also runs every set in
@@ -82,13 +82,18 @@ eval)
     touch "$G/eval.done" ;;
 chain)
     # One background job for a whole device session (the wait calls only collect), each eval
-    # written as soon as it ends: the shipped delta at 16-token blocks on the paper's sets,
-    # then a continued delta (train), at 32 in both dialects and at 16 on the paper's sets.
-    PAPER_SETS=1 bash "$0" prompts
-    PROMPTS="$G/paper.jsonl" BLOCKS=16 bash "$0" blocks
+    # written as soon as it ends, most needed first (a session cut short keeps the head): a
+    # continued delta (train), at 32 in both dialects, at 16 on the paper's sets, then the
+    # shipped delta at 16 on the paper's sets.
+    PAPER_SETS=1 bash "$0" prompts &     # CPU work, beside the GPU's training
+    p=$!
     bash "$0" train
+    wait "$p"
     PROMPTS_READY=1 PAPER_SETS=1 BASE=0 OLD=0 ZEROSHOT=0 MAX_TOKENS=128 bash "$0" eval
     TAG=new- PROMPTS="$G/paper.jsonl" BLOCKS=16 bash "$0" blocks
+    # `eval` put the new delta into the assets: the shipped one is $G/old/delta.safetensors.
+    python -c "from da_lab.models import smollm2 as S; print(S.build('smollm2-da', '$G/old-da', delta='$G/old/delta.safetensors'))" >> "$G/eval.log" 2>&1
+    MODEL="$G/old-da" PROMPTS="$G/paper.jsonl" BLOCKS=16 bash "$0" blocks
     touch "$G/chain.done" ;;
 *) echo "usage: $0 train|prompts|blocks|eval|chain" >&2; exit 2 ;;
 esac
