@@ -64,7 +64,8 @@ class NLTask(RecordsTask):
     answer_rule = ("normalised exact match (da_lab.training.nl_task.answer_correct): the "
                    "reply's first sentence, lower-cased, without tags, punctuation or articles, "
                    "names exactly the expected values, in order, among every value of the asked "
-                   "attribute in the prompt")
+                   "attribute in the prompt; a value word inside a phrase restated from the "
+                   "question (the entity's name) is not a mention (since 2026-12-07)")
 
     def __init__(self) -> None:
         from da_lab.training import nl_gen as G
@@ -100,7 +101,9 @@ class PromptsTask(NLTask):
     name = "prompts"
     answer_rule = ("normalised exact match (da_lab.training.nl_task.answer_correct): the "
                    "reply's first sentence, lower-cased, without tags, punctuation or articles, "
-                   "names exactly the file's answer values, in order, among answer + wrong")
+                   "names exactly the file's answer values, in order, among answer + wrong; a "
+                   "value word inside a phrase restated from the question is not a mention "
+                   "(since 2026-12-07)")
 
     def __init__(self, path) -> None:
         super().__init__()

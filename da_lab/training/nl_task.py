@@ -18,6 +18,9 @@ Answers are checked by `answer_correct`: the reply's first sentence, normalised 
 must mention exactly the expected values, in order, among the prompt's candidate values (the
 asked attribute's values in every document, or a prompt file's `answer` + `wrong`); an exact
 match on the values, so prose around them is free and the base model's own wording counts too.
+A value word inside a phrase the reply restates from the question is not a mention ("textiles"
+in "The sector of Kovac Textiles is telecoms."); `eval_rescore` applies a changed rule to a
+committed eval document.
 """
 
 from __future__ import annotations
@@ -186,14 +189,40 @@ def holders(texts: list[str], values: list[str]) -> list[int]:
                                                      for x in keys)]
 
 
+# Words any answer may use that a prompt need not hold (function words, the reply's verbs).
+PLAIN_WORDS = frozenset("""
+a an the of in on at by for to from with and or but is are was were be been has have had it
+its this that which who whom there their they he she his her as not no yes so than then also
+about into over under per each every one two three i you we can do does did will would
+""".split())
+
+
+def _restated(norm: str, start: int, c: str, question: str, values: set[str]) -> bool:
+    """Is the hit of c at `start` part of a phrase the reply restates from the question (a
+    value word inside the entity's name: "textiles" in "Kovac Textiles")? Then a neighbouring
+    word sits beside it in the question too; function words and value words (a list the
+    question asks to reorder) do not make such a phrase."""
+    before, after = norm[:start].split(), norm[start + len(c):].split()
+    phrases = []
+    if before and before[-1] not in PLAIN_WORDS | values:
+        phrases.append(f" {before[-1]} {c} ")
+    if after and after[0] not in PLAIN_WORDS | values:
+        phrases.append(f" {c} {after[0]} ")
+    return any(p in question for p in phrases)
+
+
 def answer_values(reply: str, s: Sample) -> list[str]:
     """The values of the asked attribute that the reply's first sentence mentions, in order
-    (whole words, normalised; a longer value wins over one inside it)."""
+    (whole words, normalised; a longer value wins over one inside it; a value word inside a
+    phrase restated from the question, such as the entity's name, is not a mention)."""
     norm = " " + normalise(_first_sentence(reply)) + " "
+    question = " " + normalise(s.meta.get("question") or "") + " "
+    values = {w for c in s.meta["candidates"] for w in c.split()}
     hits = []
     for c in s.meta["candidates"]:
         for m in re.finditer(r"(?<= )" + re.escape(c) + r"(?= )", norm):
-            hits.append((m.start(), -len(c), c))
+            if not _restated(norm, m.start(), c, question, values):
+                hits.append((m.start(), -len(c), c))
     out, end = [], -1
     for start, neg, c in sorted(hits):
         if start >= end:
@@ -205,14 +234,6 @@ def answer_values(reply: str, s: Sample) -> list[str]:
 def answer_correct(reply: str, s: Sample) -> bool:
     """Exact match of the normalised answer values (see the module docstring)."""
     return answer_values(reply, s) == list(s.keys)
-
-
-# Words any answer may use that a prompt need not hold (function words, the reply's verbs).
-PLAIN_WORDS = frozenset("""
-a an the of in on at by for to from with and or but is are was were be been has have had it
-its this that which who whom there their they he she his her as not no yes so than then also
-about into over under per each every one two three i you we can do does did will would
-""".split())
 
 
 def foreign_words(answer: str, s: Sample) -> list[str]:
