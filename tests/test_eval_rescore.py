@@ -65,7 +65,7 @@ def test_rescore_flips_verdicts_and_leaves_unmatched_rows(tmp_path):
     assert report == ["k: correct False -> True: 'The sector of Kovac Textiles is telecoms.'",
                       "k: all_blocks_correct False -> True: "
                       "'The sector of Kovac Textiles is telecoms.'",
-                      "k: no matching prompt, left as it was"]
+                      "1 of 2 rows have no matching prompt: left as they were"]
     assert new["da_answer_accuracy"] == 0.5 and new["rescored"]["changes"] == report
 
 

@@ -46,17 +46,19 @@ def rescore_row(row: dict, s, correct) -> list[str]:
 
 
 def rescore(doc: dict, samples: dict) -> tuple[dict, list[str]]:
-    """(the rescored document, one line per changed or unmatched row)."""
+    """(the rescored document, one line per changed verdict, then one for unmatched rows)."""
     task = NLTask()
-    rows, report = [dict(r) for r in doc["rows"]], []
+    rows, report, unmatched = [dict(r) for r in doc["rows"]], [], 0
     for r in rows:
         s = samples.get(r["id"])
         if s is None or list(s.keys) != list(r["expected_values"]) or (
                 r.get("question") is not None and s.meta["question"] != r["question"]):
-            report.append(f"{r['id']}: no matching prompt, left as it was")
+            unmatched += 1
             continue
         for change in rescore_row(r, s, task.correct):
             report.append(f"{r['id']}: {change}: {r.get('answer')!r}")
+    if unmatched:
+        report.append(f"{unmatched} of {len(rows)} rows have no matching prompt: left as they were")
     out = dict(doc, rows=rows, rescored={"rule": task.answer_rule, "changes": report})
     out.update({k: v for k, v in summary([dict(r, _fractions=_fractions(r)) for r in rows]).items()
                 if k in SUMMARY})
