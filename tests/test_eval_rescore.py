@@ -1,6 +1,7 @@
 """The answer rule's restated-phrase exception and `eval_rescore`: a value word inside the
-entity's name ("textiles" in "Kovac Textiles") is not a mention, a value the reply states still
-is; an eval document is rescored from the prompts file it ran on, row by row, with rows whose
+entity's name ("textiles" in "Kovac Textiles") or in the restated sum ("25 divided by 5") is not
+a mention, a value the reply states still is, and a list the question asks to reorder counts;
+an eval document is rescored from the prompts file it ran on, row by row, with rows whose
 prompt changed left as they were; and the committed 2026-12-06 held-out eval, rescored from
 prompts written again here, changes in exactly the row the old rule misread."""
 
@@ -38,6 +39,21 @@ def test_a_value_inside_the_restated_name_is_not_a_mention(tmp_path):
     assert not N.answer_correct("It is textiles, not telecoms.", s)
     # Only a phrase the question holds is skipped: another company's name is not restated.
     assert not N.answer_correct("Kovac Textiles is telecoms, like Mills textiles.", s)
+
+
+def test_a_restated_sum_is_not_its_answer_and_a_reordered_list_is(tmp_path):
+    sums = {"id": "s", "documents": ["x"], "question": "Quick sum: 25 divided by 5?",
+            "answer": ["5"], "needs": [], "wrong": []}
+    _, s = _sample(tmp_path, sums)
+    assert N.answer_correct("25 divided by 5 is 5.", s)        # "by 5" is the question's
+    assert not N.answer_correct("25 divided by 5 is 6.", s)
+    _, m = _sample(tmp_path, dict(sums, question="86 minus 43?", answer=["43"]))
+    assert not N.answer_correct("86 minus 43 is 41.", m)
+    words = dict(sums, question="Put these words in alphabetical order: kiwi, cherry, date.",
+                 answer=["cherry", "date", "kiwi"])
+    _, w = _sample(tmp_path, words)
+    assert N.answer_correct("In alphabetical order: cherry, date, kiwi.", w)
+    assert not N.answer_correct("Kiwi, cherry, date.", w)
 
 
 def _doc(rows):

@@ -199,16 +199,20 @@ about into over under per each every one two three i you we can do does did will
 
 def _restated(norm: str, start: int, c: str, question: str, values: set[str]) -> bool:
     """Is the hit of c at `start` part of a phrase the reply restates from the question (a
-    value word inside the entity's name: "textiles" in "Kovac Textiles")? Then a neighbouring
-    word sits beside it in the question too; function words and value words (a list the
-    question asks to reorder) do not make such a phrase."""
+    value word inside the entity's name: "textiles" in "Kovac Textiles"; the 5 of "25 divided
+    by 5")? Such a phrase runs from the hit over function words to the first other word on one
+    side, and the question holds it too. A value word ends the search: a list the question asks
+    to reorder is not restated."""
     before, after = norm[:start].split(), norm[start + len(c):].split()
-    phrases = []
-    if before and before[-1] not in PLAIN_WORDS | values:
-        phrases.append(f" {before[-1]} {c} ")
-    if after and after[0] not in PLAIN_WORDS | values:
-        phrases.append(f" {c} {after[0]} ")
-    return any(p in question for p in phrases)
+    for side, left in ((before[::-1], True), (after, False)):      # nearest word first
+        k = next((k for k, w in enumerate(side) if w not in PLAIN_WORDS), None)
+        if k is None or side[k] in values:
+            continue
+        span = side[:k + 1]
+        phrase = " ".join(span[::-1] + [c]) if left else " ".join([c] + span)
+        if f" {phrase} " in question:
+            return True
+    return False
 
 
 def answer_values(reply: str, s: Sample) -> list[str]:
