@@ -47,9 +47,9 @@ def holder(row: dict, sample) -> str:
         return "no document, as written"
     if k in hold:
         return "the focused document"
-    bs = lay.block_size
-    lo, hi = lay.spans[k - 1][0] // bs * bs, -(-lay.spans[k - 1][1] // bs) * bs
-    if any(lay.spans[h - 1][0] < hi and lay.spans[h - 1][1] > lo for h in hold):
+    bs, kept = lay.block_size, lay.chunk_range(k)          # the blocks FOCUS keeps, rounded out
+    if any(lay.spans[h - 1][0] < kept.stop * bs and lay.spans[h - 1][1] > kept.start * bs
+           for h in hold):
         return f"a neighbour a {bs}-token block shows in part"
     return "another chunk, hidden by FOCUS"
 

@@ -24,6 +24,9 @@ G=${G:-/tmp/g26}
 mkdir -p "$G"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0
 export VLLM_ENABLE_V1_MULTIPROCESSING=0
+old_model() {   # the previous delta ($G/old, where `eval` keeps it) merged into $G/old-da
+    python -c "from da_lab.models import smollm2 as S; print(S.build('smollm2-da', '$G/old-da', delta='$G/old/delta.safetensors'))" >> "$G/eval.log" 2>&1
+}
 case "$1" in
 train)
     python -m da_lab.training.finetune --device cuda --seed "${SEED:-11}" \
@@ -76,7 +79,7 @@ eval)
             --wave 128 --json --out "$G/eval-zeroshot.json" > /dev/null 2>> "$G/eval.log"
     fi
     if [ "${OLD:-1}" = 0 ]; then touch "$G/eval.done"; exit 0; fi
-    python -c "from da_lab.models import smollm2 as S; print(S.build('smollm2-da', '$G/old-da', delta='$G/old/delta.safetensors'))" >> "$G/eval.log" 2>&1
+    old_model
     python -m da_lab.cli eval --model "$G/old-da" --prompts "$G/prompts.jsonl" --no-base \
         --wave 128 --json --out "$G/eval-old.json" > /dev/null 2>> "$G/eval.log"
     touch "$G/eval.done" ;;
@@ -92,7 +95,7 @@ chain)
     PROMPTS_READY=1 PAPER_SETS=1 BASE=0 OLD=0 ZEROSHOT=0 MAX_TOKENS=128 bash "$0" eval
     TAG=new- PROMPTS="$G/paper.jsonl" BLOCKS=16 bash "$0" blocks
     # `eval` put the new delta into the assets: the shipped one is $G/old/delta.safetensors.
-    python -c "from da_lab.models import smollm2 as S; print(S.build('smollm2-da', '$G/old-da', delta='$G/old/delta.safetensors'))" >> "$G/eval.log" 2>&1
+    old_model
     MODEL="$G/old-da" PROMPTS="$G/paper.jsonl" BLOCKS=16 bash "$0" blocks
     touch "$G/chain.done" ;;
 *) echo "usage: $0 train|prompts|blocks|eval|chain" >&2; exit 2 ;;
