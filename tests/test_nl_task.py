@@ -33,6 +33,13 @@ def samples(tok):
 
 
 @pytest.fixture(scope="module")
+def extra_samples(tok):
+    """Training samples that ask about a training-only domain (domains_extra)."""
+    ss = [G.sample(3, i, split="train+extra", **SMALL) for i in range(160)]
+    return [s for s in ss if s.meta["domain"] in G.extra()]
+
+
+@pytest.fixture(scope="module")
 def heldout_domains(tok):
     return [G.sample(3, i, G.HELDOUT, "heldout", **SMALL) for i in range(60)]
 
@@ -132,9 +139,10 @@ def test_sizes_cover_four_to_32_documents_and_600_to_6000_tokens(tok):
                                                                  for s in ss) > 20
 
 
-def test_reply_is_tag_then_one_sentence_with_the_value_from_the_right_document(tok, samples):
+def test_reply_is_tag_then_one_sentence_with_the_value_from_the_right_document(tok, samples,
+                                                                             extra_samples):
     assert {s.kind for s in samples} == {"single", "multi", "local"}
-    for s in samples:
+    for s in samples + extra_samples:
         reply = tok.decode(s.response_ids, skip_special_tokens=False)
         assert reply == f"{s.tag} {s.answer}<|im_end|>"
         assert tok.decode(s.response_ids[s.tag_close:s.tag_close + 1]).endswith(">")
@@ -150,10 +158,11 @@ def test_reply_is_tag_then_one_sentence_with_the_value_from_the_right_document(t
         assert set(s.directive.chunks) <= set(s.meta["holders"])
 
 
-def test_replies_use_only_the_questions_words_and_the_values(samples, heldout_domains):
+def test_replies_use_only_the_questions_words_and_the_values(samples, heldout_domains,
+                                                             extra_samples):
     """No reply borrows a word from a template: every word is in the question, the values or
     the plain function words (what `foreign_words` checks in the eval)."""
-    for s in samples + heldout_domains:
+    for s in samples + heldout_domains + extra_samples:
         if s.kind == "local":
             continue
         assert N.foreign_words(s.answer, s) == []
@@ -165,9 +174,45 @@ def test_replies_use_only_the_questions_words_and_the_values(samples, heldout_do
         words = stems(s.answer)
         assert words <= allowed | N.PLAIN_WORDS | {"s"}, words - allowed - N.PLAIN_WORDS
     train, _ = registry()
-    for d in train.values():
+    for d in list(train.values()) + list(G.extra().values()):
         for a in d.attrs:
             assert len(question_forms(a)) >= 2, (d.key, a.key)
+
+
+def test_training_only_domains_are_drawn_by_training_alone(extra_samples):
+    """domains_extra: asked and used as distractors by `split="train+extra"` (finetune
+    --extra-domains) only; no eval split draws them; not a held-out domain or a hand-written
+    set's subject; no value shared with a held-out domain's pools."""
+    import json
+
+    from da_lab.training import domains_extra, domains_heldout
+
+    train, held = registry()
+    ext = G.extra()
+    assert len(ext) >= 8 and not set(ext) & (set(train) | set(held))
+    assert {d.key for d in G.domains("train")} == set(train)
+    assert {d.key for d in G.domains("train+extra")} == set(train) | set(ext)
+    for sp in ("train", "heldout"):
+        for i in range(40):
+            s = G.sample(3, i, G.HELDOUT, sp, **SMALL)
+            assert not set(s.meta["entity_domains"]) & set(ext)
+    assert len({s.meta["domain"] for s in extra_samples}) >= 6
+    assert {s.kind for s in extra_samples} == {"single", "multi"}
+    with open("bench/data/handwritten-prompts.jsonl") as f:
+        subjects = {json.loads(line)["set"].rstrip("s") for line in f}
+    assert not subjects & ({d.key for d in domains_extra.DOMAINS}
+                           | {d.thing for d in domains_extra.DOMAINS})
+
+    def pools(mod):
+        return {v for d in mod.DOMAINS for a in d.attrs if isinstance(a.spec, tuple)
+                and a.spec and isinstance(a.spec[0], str) for v in a.spec}
+
+    assert pools(domains_extra) and not pools(domains_extra) & pools(domains_heldout)
+    # what they teach: small counts of "people", two people of one domain per document
+    people = [a for d in domains_extra.DOMAINS for a in d.attrs if a.count == "people"]
+    assert people and all(a.spec[1] <= 60 for a in people)
+    with pytest.raises(ValueError, match="unknown domain split"):
+        G.domains("extra")
 
 
 def test_targets_have_near_duplicates_in_other_documents(samples):

@@ -10,6 +10,8 @@
 #   2026-12-07, a continued delta, its evals and the shipped delta at 16 in one background
 #     job: a, b, piece, piece, build_chain (join, build, start `smollm2_gpu.sh chain`), then
 #     wait_chain until it says CHAIN DONE.
+#   2026-12-07 (fourth session), the same with the training-only domains: build_chain with
+#     EXTRA=1 OLD16=0.
 # The pieces: `python -m bench.models.smollm2_parts split .smol/whole --part-mb 200`, `xz -6`
 # its part, `split -b 30160000` into .smol/p1..p3 (p3 also holds the manifest and site/).
 set -e
@@ -36,7 +38,7 @@ build_blocks)
   sleep 20; cat /tmp/eval.out; tail -3 /tmp/g26/eval.log || true ;;
 build_chain)
   code; base
-  cd /tmp/code && PYTHONPATH=$PP SEED=${SEED:-29} LR=${LR:-3e-4} PAPER=${PAPER:-0.6} BUDGET=${BUDGET:-400} BATCH_TOKENS=${BATCH_TOKENS:-32768} G=/tmp/g26 setsid nohup bash bench/models/smollm2_gpu.sh chain > /tmp/chain.out 2>&1 < /dev/null &
+  cd /tmp/code && PYTHONPATH=$PP SEED=${SEED:-29} LR=${LR:-3e-4} PAPER=${PAPER:-0.6} BUDGET=${BUDGET:-400} BATCH_TOKENS=${BATCH_TOKENS:-32768} EXTRA=${EXTRA:-0} OLD16=${OLD16:-1} G=/tmp/g26 setsid nohup bash bench/models/smollm2_gpu.sh chain > /tmp/chain.out 2>&1 < /dev/null &
   sleep 25; tail -3 /tmp/g26/train.log; cat /tmp/chain.out ;;
 wait_chain)
   # Waits up to WAIT seconds for the job, then sends back what it has so far (gzipped evals).

@@ -9,10 +9,12 @@
 #                                        # (run `prompts` first; PAPER_SETS=1 for the paper's sets)
 #   bench/models/smollm2_gpu.sh chain    # train, the new delta at 32 (both dialects) and at 16
 #                                        # (the paper's sets), then the shipped delta at 16
+#                                        # (OLD16=0: not)
 #                                        # -> $G/eval-new.json, eval-new-bs16.json, eval-bs16.json
 # BUDGET (train seconds, default 370), LR (default 8e-4), WARMUP (steps, default 20), MIX
 # (p_local,p_multi of training samples, default nl_gen.TRAIN_MIX), PAPER (share of samples in
-# the paper's protocol, default 0; issue 40). PAPER_SETS=1: the eval also runs every set in
+# the paper's protocol, default 0; issue 40), EXTRA=1 (also the training-only domains,
+# finetune --extra-domains). PAPER_SETS=1: the eval also runs every set in
 # the paper's protocol (same documents and questions), N_NEEDLE long-text needle prompts
 # (default 36), and the base model zero-shot on the paper-protocol sets ($G/eval-zeroshot.json);
 # MAX_TOKENS (default: the eval's); ZEROSHOT=0 leaves the zero-shot run out. OLD=0
@@ -32,6 +34,7 @@ train)
     python -m da_lab.training.finetune --device cuda --seed "${SEED:-11}" \
         --init da_lab/assets/smollm2-da/delta.safetensors --lr "${LR:-8e-4}" --warmup "${WARMUP:-20}" \
         ${MIX:+--mix "$MIX"} --paper "${PAPER:-0}" ${BATCH_TOKENS:+--batch-tokens "$BATCH_TOKENS"} \
+        $([ "${EXTRA:-0}" = 1 ] && echo --extra-domains) \
         --time-budget-s "${BUDGET:-370}" --eval-n 96 --probe-n 32 --eval-every 120 \
         --out "$G/smollm2-da" > "$G/train.log" 2>&1
     touch "$G/train.done" ;;
@@ -95,8 +98,11 @@ chain)
     PROMPTS_READY=1 PAPER_SETS=1 BASE=0 OLD=0 ZEROSHOT=0 MAX_TOKENS=128 bash "$0" eval
     TAG=new- PROMPTS="$G/paper.jsonl" BLOCKS=16 bash "$0" blocks
     # `eval` put the new delta into the assets: the shipped one is $G/old/delta.safetensors.
-    old_model
-    MODEL="$G/old-da" PROMPTS="$G/paper.jsonl" BLOCKS=16 bash "$0" blocks
+    # OLD16=0 leaves it out (its figures stand from an earlier run).
+    if [ "${OLD16:-1}" = 1 ]; then
+        old_model
+        MODEL="$G/old-da" PROMPTS="$G/paper.jsonl" BLOCKS=16 bash "$0" blocks
+    fi
     touch "$G/chain.done" ;;
 *) echo "usage: $0 train|prompts|blocks|eval|chain" >&2; exit 2 ;;
 esac

@@ -2,7 +2,8 @@
 
 The task is `da_lab.training.nl_gen` (chat prompts of 4..32 prose documents of many domains,
 ~600..6,000 tokens, a question; the reply is the tag, then one sentence), training domains
-only, with more two-document questions than the held-out mix (--mix, nl_gen.TRAIN_MIX); a share
+only (--extra-domains adds the training-only ones of domains_extra), with more two-document
+questions than the held-out mix (--mix, nl_gen.TRAIN_MIX); a share
 of samples are drills (--drill-p: more question turns after the first, one document, two or
 none, each reply learned under the hook's mask, the user turns given). The mask is the DA
 hook's, position by position, built by `da_lab.training.train` (`collate` -> `segments`,
@@ -73,6 +74,7 @@ def make_batch(job: dict) -> dict:
         # A share in the paper's protocol (one turn); no draw at 0, so card runs replay.
         paper = job.get("paper", 0) > 0 and rng.random() < job["paper"]
         samples.append(G.make_sample(rng, context=(max(lo, int(ctx * 0.85)), ctx),
+                                     split=job.get("split", "train"),
                                      n_chunks=job["chunks"], turns=1 if paper else turns,
                                      tok=tok, mix=tuple(job["mix"]),
                                      protocol="paper" if paper else "card"))
@@ -120,6 +122,9 @@ def parse_args(argv=None):
     ap.add_argument("--paper", type=float, default=0.0,
                     help="share of samples in the paper's protocol (Magic Chunk prompt, "
                          "closing tags, <answer>; nl_paper), the rest in the card's")
+    ap.add_argument("--extra-domains", action="store_true",
+                    help="draw training samples from the training-only domains too "
+                         "(domains_extra); the held-out probes and losses stay as they were")
     ap.add_argument("--device", default=None, help="cuda | cpu (default: cuda if available)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="smollm2-da", help="output folder (delta + training.json)")
@@ -252,7 +257,8 @@ def run(argv=None):
         return {"seed": args.seed, "step": s, "batch": args.batch, "tok": tok_dir,
                 "batch_tokens": args.batch_tokens, "context": ctx, "chunks": chunks,
                 "drill_p": args.drill_p, "drill_turns": _pair(args.drill_turns),
-                "mix": _mix(args.mix), "paper": args.paper}
+                "mix": _mix(args.mix), "paper": args.paper,
+                "split": "train+extra" if args.extra_domains else "train"}
 
     batches = Batches(job, args.steps, workers, ahead=max(8, 2 * workers), make=make_batch)
     try:
@@ -282,6 +288,7 @@ def run(argv=None):
         "train_seconds": round(res["train_s"], 1),
         "wall_seconds": round(time.perf_counter() - t_start, 1),
         "drill_p": args.drill_p, "drill_turns": list(_pair(args.drill_turns)),
+        "domains": "train+extra" if args.extra_domains else "train",
         "mix": {"p_local": _mix(args.mix)[0], "p_multi": _mix(args.mix)[1],
                 "drill_local": G.DRILL_LOCAL, "drill_multi": G.DRILL_MULTI,
                 "drill_same_entity": G.DRILL_SAME_ENTITY},

@@ -18,7 +18,9 @@ restates the question's own words (nl_domains.question_forms) and copies the val
 document writes it, so no reply word belongs to one domain.
 
 Splits: `domains="train"` draws the training domains, `domains="heldout"` the held-out ones
-(nl_domains.registry: never drawn in training, not even as distractors); stream HELDOUT also
+(nl_domains.registry: never drawn in training, not even as distractors), `domains="train+extra"`
+the training domains and the training-only ones (domains_extra: `finetune --extra-domains`;
+no eval set draws them, so the in-domain sets stay comparable); stream HELDOUT also
 draws names and values from the held-out third of every pool (nl_values.pools). Sample i of
 stream s under seed k comes from SeedSequence([k, s, i]) (task.rng_for). Training samples may
 be drills (`turns` > 1): after the first reply the response goes on with a given user turn
@@ -35,7 +37,13 @@ from __future__ import annotations
 from functools import lru_cache
 
 from da_lab.core.tags import Directive, Mode, tag_text
-from da_lab.training import domains_heldout, domains_orgs, domains_places, domains_things
+from da_lab.training import (
+    domains_extra,
+    domains_heldout,
+    domains_orgs,
+    domains_places,
+    domains_things,
+)
 from da_lab.training import nl_paper as P
 from da_lab.training import nl_task as N
 from da_lab.training import nl_values as V
@@ -62,25 +70,45 @@ PREFIXES = ("", "", "", "", "", "Quick question: ", "Please answer: ", "One thin
 @lru_cache(maxsize=1)
 def registry() -> tuple[dict, dict]:
     """(training domains, held-out domains), by key; checked to be disjoint."""
-    train: dict = {}
-    for mod in (domains_orgs, domains_places, domains_things):
-        for d in mod.DOMAINS:
-            if d.key in train:
-                raise ValueError(f"domain {d.key!r} defined twice")
-            train[d.key] = d
-    held = {d.key: d for d in domains_heldout.DOMAINS}
+    train, held = _keyed(domains_orgs, domains_places, domains_things), _keyed(domains_heldout)
     both = set(train) & set(held)
     if both:
         raise ValueError(f"domains both trained on and held out: {sorted(both)}")
     return train, held
 
 
+@lru_cache(maxsize=1)
+def extra() -> dict:
+    """The training-only domains (domains_extra), by key; disjoint from both splits."""
+    ext = _keyed(domains_extra)
+    both = set(ext) & set().union(*registry())
+    if both:
+        raise ValueError(f"training-only domains defined elsewhere too: {sorted(both)}")
+    return ext
+
+
+def _keyed(*mods) -> dict:
+    out: dict = {}
+    for mod in mods:
+        for d in mod.DOMAINS:
+            if d.key in out:
+                raise ValueError(f"domain {d.key!r} defined twice")
+            out[d.key] = d
+    return out
+
+
+SPLITS = ("train", "heldout", "train+extra")
+
+
 def domains(split: str = "train") -> list:
-    """The domains of a split: "train" or "heldout"."""
+    """The domains of a split: "train", "heldout" or "train+extra" (training's own draw with
+    `finetune --extra-domains`)."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown domain split {split!r} ({', '.join(SPLITS)})")
     train, held = registry()
-    if split not in ("train", "heldout"):
-        raise ValueError(f"unknown domain split {split!r} (train or heldout)")
-    return list((train if split == "train" else held).values())
+    if split == "heldout":
+        return list(held.values())
+    return list(train.values()) + (list(extra().values()) if split == "train+extra" else [])
 
 
 def _norm(text: str) -> str:
