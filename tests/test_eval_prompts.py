@@ -241,3 +241,6 @@ def test_eval_split_keeps_each_dialects_sets_apart(tmp_path):
     paper = json.loads((tmp_path / "e-paper-in-domain.json").read_text())
     assert card["n"] == paper["n"] == 1
     assert card["da_answer_accuracy"] == 1.0 and paper["da_answer_accuracy"] == 0.0
+    # an --out-dir that does not exist yet is made
+    assert S.main([str(f), "--stem", "e", "--out-dir", str(tmp_path / "new" / "dir")]) == 0
+    assert (tmp_path / "new" / "dir" / "e-paper-in-domain.json").is_file()

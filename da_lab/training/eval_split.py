@@ -62,6 +62,7 @@ def main(argv=None) -> int:
     doc = load_document(src)
     out_dir = Path(args.out_dir) if args.out_dir else src.parent
     stem = args.stem or src.stem
+    out_dir.mkdir(parents=True, exist_ok=True)
     for name, part in split(doc).items():
         f = out_dir / f"{stem}-{name.replace('/', '-')}.json"
         f.write_text(json.dumps(part, indent=1) + "\n")
