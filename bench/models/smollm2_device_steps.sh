@@ -11,7 +11,8 @@
 #     job: a, b, piece, piece, build_chain (join, build, start `smollm2_gpu.sh chain`), then
 #     wait_chain until it says CHAIN DONE.
 #   2026-12-07 (fourth session), the same with the training-only domains: build_chain with
-#     EXTRA=1 OLD16=0.
+#     EXTRA=1 OLD16=0; then the shipped delta on fresh-seed prompts: a, b, piece, piece,
+#     build_fresh (join, build, start `smollm2_gpu.sh fresh`), wait_chain.
 # The pieces: `python -m bench.models.smollm2_parts split .smol/whole --part-mb 200`, `xz -6`
 # its part, `split -b 30160000` into .smol/p1..p3 (p3 also holds the manifest and site/).
 set -e
@@ -40,6 +41,10 @@ build_chain)
   code; base
   cd /tmp/code && PYTHONPATH=$PP SEED=${SEED:-29} LR=${LR:-3e-4} PAPER=${PAPER:-0.6} BUDGET=${BUDGET:-400} BATCH_TOKENS=${BATCH_TOKENS:-32768} EXTRA=${EXTRA:-0} OLD16=${OLD16:-1} G=/tmp/g26 setsid nohup bash bench/models/smollm2_gpu.sh chain > /tmp/chain.out 2>&1 < /dev/null &
   sleep 25; tail -3 /tmp/g26/train.log; cat /tmp/chain.out ;;
+build_fresh)
+  code; base
+  cd /tmp/code && PYTHONPATH=$PP G=/tmp/g26 setsid nohup bash -c "bash bench/models/smollm2_gpu.sh fresh; touch /tmp/g26/chain.done" > /tmp/chain.out 2>&1 < /dev/null &
+  sleep 20; cat /tmp/chain.out; ls -la /tmp/g26 ;;
 wait_chain)
   # Waits up to WAIT seconds for the job, then sends back what it has so far (gzipped evals).
   for i in $(seq 1 ${WAIT:-540}); do [ -f /tmp/g26/chain.done ] && break; sleep 1; done
@@ -68,5 +73,5 @@ wait_eval)
   for i in $(seq 1 ${WAIT:-560}); do [ -f /tmp/g26/eval.done ] && break; sleep 1; done
   tail -20 /tmp/g26/eval.log; cat /tmp/eval.out
   cp /tmp/g26/eval.log /tmp/g26/eval-*.json "$OUT/" || true ;;
-*) echo "usage: $0 piece|build|build_blocks|build_chain|a|b|wait_train|wait_eval|wait_chain" >&2; exit 2 ;;
+*) echo "usage: $0 piece|build|build_blocks|build_chain|build_fresh|a|b|wait_train|wait_eval|wait_chain" >&2; exit 2 ;;
 esac

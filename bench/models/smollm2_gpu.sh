@@ -10,6 +10,7 @@
 #   bench/models/smollm2_gpu.sh chain    # train, the new delta at 32 (both dialects) and at 16
 #                                        # (the paper's sets), then the shipped delta at 16
 #                                        # (OLD16=0: not)
+#   bench/models/smollm2_gpu.sh fresh    # the shipped delta on fresh-seed prompts -> $G/eval-fresh.json
 #                                        # -> $G/eval-new.json, eval-new-bs16.json, eval-bs16.json
 # BUDGET (train seconds, default 370), LR (default 8e-4), WARMUP (steps, default 20), MIX
 # (p_local,p_multi of training samples, default nl_gen.TRAIN_MIX), PAPER (share of samples in
@@ -104,5 +105,19 @@ chain)
         MODEL="$G/old-da" PROMPTS="$G/paper.jsonl" BLOCKS=16 bash "$0" blocks
     fi
     touch "$G/chain.done" ;;
-*) echo "usage: $0 train|prompts|blocks|eval|chain" >&2; exit 2 ;;
+fresh)
+    # The shipped delta on prompts no decision was made on: a fresh held-out seed (7100002),
+    # both dialects on held-out domains and the paper's format on the training domains.
+    s=7100002
+    python -m da_lab.training.eval_prompts --n 500 --split heldout --seed $s \
+        --set held-out-domains-fresh --by-domain > "$G/fresh.jsonl"
+    python -m da_lab.training.eval_prompts --n 500 --split heldout --seed $s \
+        --set paper/held-out-domains-fresh --by-domain --protocol paper >> "$G/fresh.jsonl"
+    python -m da_lab.training.eval_prompts --n 500 --split train --seed $s \
+        --set paper/in-domain-fresh --by-domain --protocol paper >> "$G/fresh.jsonl"
+    python -m da_lab.cli eval --model smollm2-da --prompts "$G/fresh.jsonl" --no-base \
+        --max-tokens "${MAX_TOKENS:-128}" --wave 128 --json --out "$G/eval-fresh.json" \
+        > /dev/null 2>> "$G/eval.log"
+    touch "$G/eval.done" ;;
+*) echo "usage: $0 train|prompts|blocks|eval|chain|fresh" >&2; exit 2 ;;
 esac
