@@ -48,10 +48,12 @@ build_fresh)
 wait_chain)
   # Waits up to WAIT seconds for the job, then sends back what it has so far (gzipped evals).
   for i in $(seq 1 ${WAIT:-540}); do [ -f /tmp/g26/chain.done ] && break; sleep 1; done
-  tail -4 /tmp/g26/train.log 2>/dev/null; tail -8 /tmp/g26/eval.log 2>/dev/null; cat /tmp/chain.out
+  # (`|| true`: a job without training, build_fresh, has no train.log, and set -e would stop here)
+  tail -4 /tmp/g26/train.log 2>/dev/null || true; tail -8 /tmp/g26/eval.log 2>/dev/null || true
+  cat /tmp/chain.out
   ls -la /tmp/g26
   cp /tmp/g26/train.log /tmp/g26/eval.log "$OUT/" 2>/dev/null || true
-  [ -f /tmp/g26/train.done ] && cp /tmp/g26/smollm2-da/delta.safetensors /tmp/g26/smollm2-da/training.json "$OUT/"
+  if [ -f /tmp/g26/train.done ]; then cp /tmp/g26/smollm2-da/delta.safetensors /tmp/g26/smollm2-da/training.json "$OUT/"; fi
   for f in /tmp/g26/eval-*.json; do [ -f "$f" ] && gzip -c "$f" > "$OUT/$(basename "$f").gz"; done
   [ -f /tmp/g26/chain.done ] && echo CHAIN DONE || true ;;
 a) python3 .gpu/a/unpack.py .gpu/a /tmp/site; tail -2 /tmp/g26/train.log 2>/dev/null || true ;;
