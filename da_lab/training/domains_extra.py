@@ -1,6 +1,6 @@
 """Training-only domains (issue 40, 2026-12-07): drawn by training samples, never by an eval
 set, so the in-domain sets stay the prompts every committed eval ran on (like nl_local's
-GK_TRAINING). They teach what the held-out misses showed the 26 training domains do not:
+GK_TRAINING). They teach what the held-out misses showed the 24 training domains do not:
 
 - two attributes of one kind whose nouns share a word ("home stage" and "home port", "head
   gardener" and "head keeper"): the question's whole noun picks the sentence;

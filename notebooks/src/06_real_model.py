@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 6 · A real language model writes its own tags: SmolLM2-DA
 #
-# SmolLM2-135M-Instruct is a real pretrained model (30 layers, a 49,152-token vocabulary, its own chat template). A small LoRA delta (9.8 MB, `da_lab/assets/smollm2-da/`), trained on documents of 24 kinds (bands, bridges, ships, …), taught it one habit: before answering a question about documents C1..Cn, write the documents it needs as a tag — `<focus C3>`, `<focus C2,C7>`, or `<local>` when none is needed — then answer in one sentence. It learned a second format too, the one the paper on this method uses (Magic Chunks, closing tags, `<answer>`): the section *The paper's format* below runs it. The hook does the rest: one step after the `>`, the kernel reads only those documents' blocks.
+# SmolLM2-135M-Instruct is a real pretrained model (30 layers, a 49,152-token vocabulary, its own chat template). A small LoRA delta (9.8 MB, `da_lab/assets/smollm2-da/`), trained on documents of 33 kinds (bands, bridges, ships, choirs, …), taught it one habit: before answering a question about documents C1..Cn, write the documents it needs as a tag — `<focus C3>`, `<focus C2,C7>`, or `<local>` when none is needed — then answer in one sentence. It learned a second format too, the one the paper on this method uses (Magic Chunks, closing tags, `<answer>`): the section *The paper's format* below runs it. The hook does the rest: one step after the `>`, the kernel reads only those documents' blocks.
 #
 # Nobody forces a tag here. Give it documents and a question, and watch it choose.
 
