@@ -172,7 +172,7 @@ if paper and guessed(PREDICT, ASK):
           got["partial"] or "none")
 
 # %% [markdown]
-# Measured the same way over many prompts (H100, 2026-12-07b; the same documents and questions in both formats, and long single texts cut into ~2,048-token segments by the paper's rules; the base model zero-shot on the H200, 2026-12-05). It names the right chunk as often in the paper's format as in the card's and answers almost as well (0.87 against 0.89 on domains it never saw). The cost is higher, about half of full attention: the system prompt, the "Magic Chunk k:" headers, the question and the instructions are a sixth of the prompt's tokens but sit in two fifths of its blocks, and every mode reads those. A smaller block rounds less: run at 16-token blocks (what a GPU engine takes: `da-lab eval --block-size 16`, the `bs16` rows), the same prompts read 0.44 of full attention instead of 0.53, at the same accuracy. On one long text it picks the right segment only 0.47 of the time: it never trained on 2,048-token segments. For scale, the paper's own headline, zero-shot on 27B–31B models over 15 long-context tasks: decoding attention cost −15.1% (Qwen-3.6-27B) and −53.1% (Gemma-4-31B) at −1.41 and −0.08 points of accuracy. The base SmolLM2, zero-shot, writes no tag at all.
+# Measured the same way over many prompts (H100, 2026-12-07b; the same documents and questions in both formats, and long single texts cut into ~2,048-token segments by the paper's rules; the base model zero-shot on the H200, 2026-12-05). It names the right chunk as often in the paper's format as in the card's and answers almost as well (0.87 against 0.89 on domains it never saw). The cost is higher, about half of full attention: the system prompt, the "Magic Chunk k:" headers, the question and the instructions are a sixth of the prompt's tokens but sit in two fifths of its blocks, and every mode reads those. A smaller block rounds less: run at 16-token blocks (what a GPU engine takes: `da-lab eval --block-size 16`, the `bs16` rows), the same prompts read 0.44 of full attention instead of 0.53, at the same accuracy. The `seed7100002` rows are a fresh sample of the same never-seen domains, prompts no decision about the model was made on: there the paper's format answers 0.842 (all blocks 0.828), just under the 0.85 it was aimed at, and the card's 0.906. On one long text it picks the right segment only 0.47 of the time: it never trained on 2,048-token segments. For scale, the paper's own headline, zero-shot on 27B–31B models over 15 long-context tasks: decoding attention cost −15.1% (Qwen-3.6-27B) and −53.1% (Gemma-4-31B) at −1.41 and −0.08 points of accuracy. The base SmolLM2, zero-shot, writes no tag at all.
 
 # %%
 import glob
@@ -190,7 +190,7 @@ table[["n", "right tag", "answer under DA", "same model, all blocks",
 
 # %%
 files = sorted(f for f in glob.glob("../bench/results/eval-smollm2-h100-2026-12-07b-*.json.gz")
-               if "paper" not in f)
+               if "paper" not in f and "seed" not in f)     # the fresh sample ran no ablations
 pd.DataFrame(nl_demo.eval_summary(files)).set_index("file").T
 
 # %% [markdown]
