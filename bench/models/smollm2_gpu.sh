@@ -10,8 +10,8 @@
 #   bench/models/smollm2_gpu.sh chain    # train, the new delta at 32 (both dialects) and at 16
 #                                        # (the paper's sets), then the shipped delta at 16
 #                                        # (OLD16=0: not)
-#   bench/models/smollm2_gpu.sh fresh    # the shipped delta on fresh-seed prompts -> $G/eval-fresh.json
 #                                        # -> $G/eval-new.json, eval-new-bs16.json, eval-bs16.json
+#   bench/models/smollm2_gpu.sh fresh    # the shipped delta on fresh-seed prompts -> $G/eval-fresh.json
 # BUDGET (train seconds, default 370), LR (default 8e-4), WARMUP (steps, default 20), MIX
 # (p_local,p_multi of training samples, default nl_gen.TRAIN_MIX), PAPER (share of samples in
 # the paper's protocol, default 0; issue 40), EXTRA=1 (also the training-only domains,

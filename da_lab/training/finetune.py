@@ -253,12 +253,14 @@ def run(argv=None):
     autocast = device.type == "cuda"
     loss_before = mean_loss(model, loss_batch, device, autocast)
 
+    split = "train+extra" if args.extra_domains else "train"     # the training draw's domains
+
     def job(s: int) -> dict:
         return {"seed": args.seed, "step": s, "batch": args.batch, "tok": tok_dir,
                 "batch_tokens": args.batch_tokens, "context": ctx, "chunks": chunks,
                 "drill_p": args.drill_p, "drill_turns": _pair(args.drill_turns),
                 "mix": _mix(args.mix), "paper": args.paper,
-                "split": "train+extra" if args.extra_domains else "train"}
+                "split": split}
 
     batches = Batches(job, args.steps, workers, ahead=max(8, 2 * workers), make=make_batch)
     try:
@@ -288,7 +290,7 @@ def run(argv=None):
         "train_seconds": round(res["train_s"], 1),
         "wall_seconds": round(time.perf_counter() - t_start, 1),
         "drill_p": args.drill_p, "drill_turns": list(_pair(args.drill_turns)),
-        "domains": "train+extra" if args.extra_domains else "train",
+        "domains": split,
         "mix": {"p_local": _mix(args.mix)[0], "p_multi": _mix(args.mix)[1],
                 "drill_local": G.DRILL_LOCAL, "drill_multi": G.DRILL_MULTI,
                 "drill_same_entity": G.DRILL_SAME_ENTITY},
