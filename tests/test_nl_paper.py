@@ -96,6 +96,7 @@ def test_the_training_mask_is_the_oracle_of_the_hook_history(tok, samples):
     from da_lab.training import train as R
 
     part = [s for s in samples if s.kind == "multi"][:2] + samples[:3]
+    part += [G.sample(5, 1, G.HELDOUT, protocol="paper", turns=3, **SMALL)]   # a paper drill
     b = R.collate(part, tok.pad_id, BLOCK_SIZE)
     dense = R.dense_mask(torch.from_numpy(b["row_seg"]), torch.from_numpy(b["seg_visible"]),
                          b["ids"].shape[1], BLOCK_SIZE)[:, 0].numpy()
@@ -112,11 +113,34 @@ def test_the_training_mask_is_the_oracle_of_the_hook_history(tok, samples):
             assert dense[k, P0 + s.all_tags[1][0], col]
 
 
-def test_the_paper_protocol_has_one_turn():
-    with pytest.raises(ValueError, match="paper"):
-        G.sample(5, 0, G.HELDOUT, protocol="paper", turns=2, **SMALL)
+def test_paper_drills_ask_again_in_the_papers_tags(tok):
+    """A paper drill: each follow-up turn is given (the paper's "Question: ... Response:"), each
+    reply is learned and written in the paper's tags; the listed effects are what the tag
+    machine reads from the whole output, and every reply's value is in the documents named."""
     with pytest.raises(ValueError, match="protocol"):
         G.sample(5, 0, G.HELDOUT, protocol="xml", **SMALL)
+    focused = 0
+    for i in range(12):
+        s = G.sample(5, i, G.HELDOUT, protocol="paper", turns=3, **SMALL)
+        assert len(s.meta["drills"]) == 2 and len(s.written) == len(s.response_ids)
+        given = tok.decode([t for t, w in zip(s.response_ids, s.written, strict=True) if not w],
+                           skip_special_tokens=False)
+        learned = tok.decode([t for t, w in zip(s.response_ids, s.written, strict=True) if w],
+                             skip_special_tokens=False)
+        assert given.count("Question: ") == 2 and given.count("Response:") == 2
+        assert "<" not in given.replace("<|im_start|>", "").replace("<|im_end|>", "")
+        assert learned.count("<answer>") == 3 and learned.count("<|im_end|>") == 3
+        assert "Question:" not in learned and "<global>" not in learned
+        assert _effects(s.response_ids, tok, s.prompt.layout.n_chunks) == list(s.all_tags)
+        for d in s.meta["drills"]:
+            assert f"<answer>{d['reply']}</answer>" in learned
+            if d["chunks"]:
+                focus = f'<focus magic_chunks="{",".join(map(str, d["chunks"]))}">{d["reply"]}'
+                assert focus in learned
+                docs = [s.meta["documents"][c - 1] for c in d["chunks"]]
+                assert len(N.holders(docs, d["values"])) == len(docs), (docs, d)
+                focused += 1
+    assert focused >= 12
 
 
 def test_finetune_mixes_in_the_share_asked_and_replays_card_runs(tok):
@@ -129,9 +153,16 @@ def test_finetune_mixes_in_the_share_asked_and_replays_card_runs(tok):
     card = make_batch(job)
     assert (make_batch({**job, "paper": 0.0})["ids"] == card["ids"]).all()   # no extra draw
     paper = make_batch({**job, "paper": 1.0})
-    texts = [tok.decode(row) for row in paper["ids"]]
+    texts = [tok.decode(row, skip_special_tokens=False) for row in paper["ids"]]
     assert all("Magic Chunk 1:" in t and "<answer>" in t for t in texts)
+    assert all(t.count("<|im_start|>assistant") == 1 for t in texts)     # one turn
     assert not any("Magic Chunk" in tok.decode(row) for row in card["ids"])
+    # --paper-drills: the card's drill share, now with follow-ups in the paper's tags
+    drilled = [tok.decode(row, skip_special_tokens=False)
+               for row in make_batch({**job, "paper": 1.0, "paper_drills": True})["ids"]]
+    assert all("Magic Chunk 1:" in t and "<focus C" not in t for t in drilled)
+    turns = [t.count("<|im_start|>assistant") for t in drilled]
+    assert 1 in turns and max(turns) > 1, turns
 
 
 def test_the_engines_decode_positions_come_back_from_the_replies(tok, tmp_path):

@@ -13,6 +13,8 @@
 #   2026-12-07 (fourth session), the same with the training-only domains: build_chain with
 #     EXTRA=1 OLD16=0; then the shipped delta on fresh-seed prompts: a, b, piece, piece,
 #     build_fresh (join, build, start `smollm2_gpu.sh fresh`), wait_chain.
+#   2026-12-07 (fifth session), paper drills and both fresh seeds in the chain: build_chain
+#     with PAPER_DRILLS=1 FRESH="7100002:fresh 7100003:confirm", then wait_chain.
 # The pieces: `python -m bench.models.smollm2_parts split .smol/whole --part-mb 200`, `xz -6`
 # its part, `split -b 30160000` into .smol/p1..p3 (p3 also holds the manifest and site/).
 set -e
@@ -39,7 +41,7 @@ build_blocks)
   sleep 20; cat /tmp/eval.out; tail -3 /tmp/g26/eval.log || true ;;
 build_chain)
   code; base
-  cd /tmp/code && PYTHONPATH=$PP SEED=${SEED:-29} LR=${LR:-3e-4} PAPER=${PAPER:-0.6} BUDGET=${BUDGET:-400} BATCH_TOKENS=${BATCH_TOKENS:-32768} EXTRA=${EXTRA:-0} OLD16=${OLD16:-1} G=/tmp/g26 setsid nohup bash bench/models/smollm2_gpu.sh chain > /tmp/chain.out 2>&1 < /dev/null &
+  cd /tmp/code && PYTHONPATH=$PP SEED=${SEED:-29} LR=${LR:-3e-4} PAPER=${PAPER:-0.6} BUDGET=${BUDGET:-400} BATCH_TOKENS=${BATCH_TOKENS:-32768} EXTRA=${EXTRA:-0} PAPER_DRILLS=${PAPER_DRILLS:-0} FRESH=${FRESH:-} OLD16=${OLD16:-1} G=/tmp/g26 setsid nohup bash bench/models/smollm2_gpu.sh chain > /tmp/chain.out 2>&1 < /dev/null &
   sleep 25; tail -3 /tmp/g26/train.log; cat /tmp/chain.out ;;
 build_fresh)
   code; base

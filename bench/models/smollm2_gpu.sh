@@ -12,10 +12,14 @@
 #                                        # (OLD16=0: not)
 #                                        # -> $G/eval-new.json, eval-new-bs16.json, eval-bs16.json
 #   bench/models/smollm2_gpu.sh fresh    # the shipped delta on fresh-seed prompts -> $G/eval-fresh.json
+#                                        # (FRESH_SEED, default 7100002; FRESH_NAME, default
+#                                        # fresh: the sets' suffix and the file's name)
 # BUDGET (train seconds, default 370), LR (default 8e-4), WARMUP (steps, default 20), MIX
 # (p_local,p_multi of training samples, default nl_gen.TRAIN_MIX), PAPER (share of samples in
 # the paper's protocol, default 0; issue 40), EXTRA=1 (also the training-only domains,
-# finetune --extra-domains). PAPER_SETS=1: the eval also runs every set in
+# finetune --extra-domains), PAPER_DRILLS=1 (paper samples are drills as often as the card's,
+# finetune --paper-drills). FRESH="7100002:fresh 7100003:confirm": chain also runs `fresh` on
+# those seeds after the evals at 32. PAPER_SETS=1: the eval also runs every set in
 # the paper's protocol (same documents and questions), N_NEEDLE long-text needle prompts
 # (default 36), and the base model zero-shot on the paper-protocol sets ($G/eval-zeroshot.json);
 # MAX_TOKENS (default: the eval's); ZEROSHOT=0 leaves the zero-shot run out. OLD=0
@@ -36,6 +40,7 @@ train)
         --init da_lab/assets/smollm2-da/delta.safetensors --lr "${LR:-8e-4}" --warmup "${WARMUP:-20}" \
         ${MIX:+--mix "$MIX"} --paper "${PAPER:-0}" ${BATCH_TOKENS:+--batch-tokens "$BATCH_TOKENS"} \
         $([ "${EXTRA:-0}" = 1 ] && echo --extra-domains) \
+        $([ "${PAPER_DRILLS:-0}" = 1 ] && echo --paper-drills) \
         --time-budget-s "${BUDGET:-370}" --eval-n 96 --probe-n 32 --eval-every 120 \
         --out "$G/smollm2-da" > "$G/train.log" 2>&1
     touch "$G/train.done" ;;
@@ -97,6 +102,9 @@ chain)
     bash "$0" train
     wait "$p"
     PROMPTS_READY=1 PAPER_SETS=1 BASE=0 OLD=0 ZEROSHOT=0 MAX_TOKENS=128 bash "$0" eval
+    for f in ${FRESH:-}; do            # seed:name, the new delta (now in the assets)
+        FRESH_SEED=${f%%:*} FRESH_NAME=${f#*:} bash "$0" fresh
+    done
     TAG=new- PROMPTS="$G/paper.jsonl" BLOCKS=16 bash "$0" blocks
     # `eval` put the new delta into the assets: the shipped one is $G/old/delta.safetensors.
     # OLD16=0 leaves it out (its figures stand from an earlier run).
@@ -108,15 +116,15 @@ chain)
 fresh)
     # The shipped delta on prompts no decision was made on: a fresh held-out seed (7100002),
     # both dialects on held-out domains and the paper's format on the training domains.
-    s=7100002
+    s=${FRESH_SEED:-7100002} n=${FRESH_NAME:-fresh}
     python -m da_lab.training.eval_prompts --n 500 --split heldout --seed $s \
-        --set held-out-domains-fresh --by-domain > "$G/fresh.jsonl"
+        --set held-out-domains-$n --by-domain > "$G/$n.jsonl"
     python -m da_lab.training.eval_prompts --n 500 --split heldout --seed $s \
-        --set paper/held-out-domains-fresh --by-domain --protocol paper >> "$G/fresh.jsonl"
+        --set paper/held-out-domains-$n --by-domain --protocol paper >> "$G/$n.jsonl"
     python -m da_lab.training.eval_prompts --n 500 --split train --seed $s \
-        --set paper/in-domain-fresh --by-domain --protocol paper >> "$G/fresh.jsonl"
-    python -m da_lab.cli eval --model smollm2-da --prompts "$G/fresh.jsonl" --no-base \
-        --max-tokens "${MAX_TOKENS:-128}" --wave 128 --json --out "$G/eval-fresh.json" \
+        --set paper/in-domain-$n --by-domain --protocol paper >> "$G/$n.jsonl"
+    python -m da_lab.cli eval --model smollm2-da --prompts "$G/$n.jsonl" --no-base \
+        --max-tokens "${MAX_TOKENS:-128}" --wave 128 --json --out "$G/eval-$n.json" \
         > /dev/null 2>> "$G/eval.log"
     touch "$G/eval.done" ;;
 *) echo "usage: $0 train|prompts|blocks|eval|chain|fresh" >&2; exit 2 ;;

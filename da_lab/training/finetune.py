@@ -5,7 +5,8 @@ The task is `da_lab.training.nl_gen` (chat prompts of 4..32 prose documents of m
 only (--extra-domains adds the training-only ones of domains_extra), with more two-document
 questions than the held-out mix (--mix, nl_gen.TRAIN_MIX); a share
 of samples are drills (--drill-p: more question turns after the first, one document, two or
-none, each reply learned under the hook's mask, the user turns given). The mask is the DA
+none, each reply learned under the hook's mask, the user turns given). --paper puts a share of
+samples in the paper's protocol (nl_paper), one turn each unless --paper-drills. The mask is the DA
 hook's, position by position, built by `da_lab.training.train` (`collate` -> `segments`,
 `forward` -> `dense_mask`, the same code that trains da-tiny-tags and that tests hold equal to
 the hook's recorded mask history); attention is SDPA with that explicit (B, 1, L, L) mask; the
@@ -71,11 +72,14 @@ def make_batch(job: dict) -> dict:
         rng = rng_for(job["seed"], TRAIN, job["step"] * job["batch"] + j)
         t_lo, t_hi = job["drill_turns"]
         turns = int(rng.integers(t_lo, t_hi + 1)) if rng.random() < job["drill_p"] else 1
-        # A share in the paper's protocol (one turn); no draw at 0, so card runs replay.
+        # A share in the paper's protocol (one turn unless paper_drills); no draw at 0, so
+        # card runs replay.
         paper = job.get("paper", 0) > 0 and rng.random() < job["paper"]
+        if paper and not job.get("paper_drills"):
+            turns = 1
         samples.append(G.make_sample(rng, context=(max(lo, int(ctx * 0.85)), ctx),
                                      split=job.get("split", "train"),
-                                     n_chunks=job["chunks"], turns=1 if paper else turns,
+                                     n_chunks=job["chunks"], turns=turns,
                                      tok=tok, mix=tuple(job["mix"]),
                                      protocol="paper" if paper else "card"))
     return collate(samples, tok.pad_id, BLOCK)
@@ -122,6 +126,9 @@ def parse_args(argv=None):
     ap.add_argument("--paper", type=float, default=0.0,
                     help="share of samples in the paper's protocol (Magic Chunk prompt, "
                          "closing tags, <answer>; nl_paper), the rest in the card's")
+    ap.add_argument("--paper-drills", action="store_true",
+                    help="paper-protocol samples are drills as often as the card's (follow-up "
+                         "questions answered in the paper's tags); without it they have one turn")
     ap.add_argument("--extra-domains", action="store_true",
                     help="draw training samples from the training-only domains too "
                          "(domains_extra); the held-out probes and losses stay as they were")
@@ -260,7 +267,7 @@ def run(argv=None):
                 "batch_tokens": args.batch_tokens, "context": ctx, "chunks": chunks,
                 "drill_p": args.drill_p, "drill_turns": _pair(args.drill_turns),
                 "mix": _mix(args.mix), "paper": args.paper,
-                "split": split}
+                "paper_drills": args.paper_drills, "split": split}
 
     batches = Batches(job, args.steps, workers, ahead=max(8, 2 * workers), make=make_batch)
     try:
@@ -290,7 +297,7 @@ def run(argv=None):
         "train_seconds": round(res["train_s"], 1),
         "wall_seconds": round(time.perf_counter() - t_start, 1),
         "drill_p": args.drill_p, "drill_turns": list(_pair(args.drill_turns)),
-        "domains": split,
+        "domains": split, "paper": args.paper, "paper_drills": args.paper_drills,
         "mix": {"p_local": _mix(args.mix)[0], "p_multi": _mix(args.mix)[1],
                 "drill_local": G.DRILL_LOCAL, "drill_multi": G.DRILL_MULTI,
                 "drill_same_entity": G.DRILL_SAME_ENTITY},

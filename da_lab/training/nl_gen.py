@@ -198,10 +198,9 @@ def make_sample(rng, *, heldout: bool = False, split: str = "train", kind: str |
     """One sample from `rng` (see the module docstring). `split` picks the domains, `heldout`
     the names and values; n_chunks / context are numbers or (lo, hi) ranges; `mix` is
     (p_local, p_multi), default (P_LOCAL, P_MULTI). `protocol="paper"`: the paper's Magic
-    Chunk prompt and a reply in its tags (nl_paper; one turn)."""
-    if protocol not in ("card", "paper") or (protocol == "paper" and turns > 1):
-        raise ValueError(f"protocol {protocol!r} with {turns} turns: card (any turns) or "
-                         "paper (one turn)")
+    Chunk prompt and replies in its tags (nl_paper), drills included."""
+    if protocol not in ("card", "paper"):
+        raise ValueError(f"protocol {protocol!r}: card or paper")
     tok = tok or N.tokens()
     build = N.paper_user_prompt if protocol == "paper" else N.user_prompt
     doms = domains(split)
@@ -230,8 +229,8 @@ def make_sample(rng, *, heldout: bool = False, split: str = "train", kind: str |
     else:
         tag = tag_text(directive)
         resp, tags, written = _response(tok, tag, directive, reply)
-    drills = [_drill(rng, tok, ents, chunk_of, texts, attr, heldout, resp, tags, written)
-              for _ in range(1, turns)]
+    drills = [_drill(rng, tok, ents, chunk_of, texts, attr, heldout, resp, tags, written,
+                     protocol) for _ in range(1, turns)]
     cands = sorted({_norm(e["values"][attr]["text"]) for e in ents if e["dom"] is asked}
                    if targets else {_norm(v) for v in vals})
     meta = {"question": q, "domain": asked.key if asked else None, "attr": attr or "local",
@@ -328,9 +327,11 @@ def _drill_pair(rng, ents, chunk_of, texts):
 
 
 def _drill(rng, tok, ents, chunk_of, texts, asked_attr, heldout, resp, tags,
-           written) -> dict:
+           written, protocol: str = "card") -> dict:
     """One more question turn (given) and its reply (learned), appended in place; returns
-    {"question", "reply", "chunks" (1-based, [] for none), "values" (as written)}."""
+    {"question", "reply", "chunks" (1-based, [] for none), "values" (as written)}. In the
+    card's dialect the turn opens with a given <global> (its tags hold until the next); in
+    the paper's, </local> has already restored GLOBAL, and the turn ends as its prompt does."""
     u = rng.random()
     pair = (_drill_pair(rng, ents, chunk_of, texts)
             if DRILL_LOCAL <= u < DRILL_LOCAL + DRILL_MULTI else None)
@@ -348,16 +349,21 @@ def _drill(rng, tok, ents, chunk_of, texts, asked_attr, heldout, resp, tags,
         q, reply, vals = local_question(rng, heldout)
         d = Directive(Mode.LOCAL)
     turn = tok.encode("\n<|im_start|>user\n")
-    g = tok.encode("<global>")
-    rest = tok.encode(" Question: " + q + "<|im_end|>\n<|im_start|>assistant\n")
-    tags.append((len(resp) + len(turn) + len(g) - 1, Directive(Mode.GLOBAL)))
-    given = turn + g + rest
+    if protocol == "paper":
+        given = turn + tok.encode("Question: " + q + "\n\nResponse:<|im_end|>\n"
+                                  "<|im_start|>assistant\n")
+        ids, t, _ = P.reply(tok, d, reply)
+    else:
+        g = tok.encode("<global>")
+        rest = tok.encode(" Question: " + q + "<|im_end|>\n<|im_start|>assistant\n")
+        tags.append((len(resp) + len(turn) + len(g) - 1, Directive(Mode.GLOBAL)))
+        given = turn + g + rest
+        ids, t, _ = _response(tok, tag_text(d), d, reply)
     resp += given
     written += [False] * len(given)
-    ids, t, w = _response(tok, tag_text(d), d, reply)
-    tags.append((len(resp) + t[0][0], d))
+    tags += [(len(resp) + k, e) for k, e in t]
     resp += ids
-    written += w
+    written += [True] * len(ids)
     return {"question": q, "reply": reply, "chunks": list(d.chunks) if d.chunks else [],
             "values": list(vals)}
 
