@@ -114,8 +114,9 @@ chain)
     fi
     touch "$G/chain.done" ;;
 fresh)
-    # The shipped delta on prompts no decision was made on: a fresh held-out seed (7100002),
-    # both dialects on held-out domains and the paper's format on the training domains.
+    # The shipped delta on prompts no decision was made on: a fresh held-out seed
+    # (FRESH_SEED, default 7100002), both dialects on held-out domains and the paper's format
+    # on the training domains.
     s=${FRESH_SEED:-7100002} n=${FRESH_NAME:-fresh}
     python -m da_lab.training.eval_prompts --n 500 --split heldout --seed $s \
         --set held-out-domains-$n --by-domain > "$G/$n.jsonl"
