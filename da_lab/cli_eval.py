@@ -31,7 +31,7 @@ def _not_a_file(path: str) -> str | None:
 
 def _eval_args(args) -> tuple[dict, str | None]:
     """The eval's generator options, or what is wrong with the arguments (before any engine)."""
-    from da_lab.training.eval_base import parse_range
+    from da_lab.training.eval.eval_base import parse_range
 
     if args.out:
         from da_lab.outputs import file_problem
@@ -68,10 +68,10 @@ def _eval_args(args) -> tuple[dict, str | None]:
 
 def cmd_eval(args) -> int:
     """Held-out tag / answer accuracy of a model that writes its own tags, with the base model
-    and the ablations (da_lab.training.evaluate)."""
+    and the ablations (da_lab.training.eval.evaluate)."""
     out = _quiet_stdout() if args.json else sys.stdout
     from da_lab.engine.env import LOG_TO_STDERR, apply_env
-    from da_lab.training.evaluate import document, run_eval, table
+    from da_lab.training.eval.evaluate import document, run_eval, table
 
     apply_env(LOG_TO_STDERR)
     gen, bad = _eval_args(args)
@@ -113,7 +113,7 @@ def add_eval(sub, argv) -> None:
                     help="your own documents and questions, one JSON object per line: "
                          '{"documents": [...], "question": "...", "answer": [values], '
                          '"needs": [document numbers], "wrong": [values]?, "id"?, "set"?} '
-                         "(da_lab/training/eval_prompts.py)")
+                         "(da_lab/training/eval/eval_prompts.py)")
     ev.add_argument("--domains", choices=("train", "heldout"), default=None,
                     help="nl task: the generator's training domains (default) or the domains "
                          "held out of training")

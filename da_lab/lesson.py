@@ -1,7 +1,7 @@
 """The notebooks' requests: what a learner runs, steers, and adds with "new request".
 
 With the trained model (da-tiny-tags, the default) a lesson request is a held-out question of the
-task it learned (da_lab/training/task.py): a scaffold, 12 one-block chunks of `C<k> <key>
+task it learned (da_lab/training/data/task.py): a scaffold, 12 one-block chunks of `C<k> <key>
 <value>.` records, and a question. Nobody writes its tags: the model writes `<focus Ck>` itself,
 then the answer, then `</s>`. The Lab ignores `</s>` (ignore_eos), so the request runs on for
 LESSON_TOKENS tokens and there is time to steer it; after its answer the model, which never
@@ -43,7 +43,7 @@ def writes_own_tags(model: str | Path) -> bool:
 def lesson_question(k: int):
     """The k-th lesson question: held-out single-chunk questions whose answer is not in C1
     (so FOCUS on C1 always differs from the model's own tag; the browser test steers it)."""
-    from da_lab.training import task
+    from da_lab.training.data import task
 
     found, i = -1, 0
     while True:
@@ -127,7 +127,7 @@ def reader_corpus(lab) -> tuple:
     lesson request shares its blocks), one record asked from each of READER_CHUNKS. Any other
     model: the seed scenario's chunks and its kind of question."""
     if writes_own_tags(lab.model):
-        from da_lab.training import task
+        from da_lab.training.data import task
 
         s = task.sample(LESSON_SEED + 1, 0, task.HELDOUT)
         first = {}

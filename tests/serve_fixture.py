@@ -7,7 +7,7 @@ import os
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from da_lab.serve.child import ServerProcess
+from da_lab.serve.server_process import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 600

@@ -206,20 +206,21 @@ def test_bench_plot_from_json(run, tmp_path):
 
 
 def test_frames_chart_draws_the_committed_browser_measurements(tmp_path):
-    """bench/browser/frames_chart.py turns widgets_browser.py's committed files into the PNG figure
+    """da_lab/bench/browser/frames_chart.py turns widgets_browser.py's committed files into the PNG
+    figure
     (kaleido, the lab's Chromium); its bars are the files' numbers."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     res = root / "bench" / "results"
     out = tmp_path / "frames.png"
-    p = subprocess.run([sys.executable, "-m", "bench.browser.frames_chart",
+    p = subprocess.run([sys.executable, "-m", "da_lab.bench.browser.frames_chart",
                         "--before", str(res / "widgets-browser-2026-12-01-before.json"),
                         "--after", str(res / "widgets-browser-2026-12-01b.json"),
                         "--out", str(out)], capture_output=True, text=True, timeout=180, cwd=root)
     assert p.returncode == 0, p.stderr[-2000:]
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
-    from bench.browser import frames_chart
+    from da_lab.bench.browser import frames_chart
     before = frames_chart._rows(str(res / "widgets-browser-2026-12-01-before.json"))
     after = frames_chart._rows(str(res / "widgets-browser-2026-12-01b.json"))
     fig = frames_chart.figure(before, after)
@@ -228,7 +229,7 @@ def test_frames_chart_draws_the_committed_browser_measurements(tmp_path):
 
 
 def test_vllm_bench_serve_runs_from_the_engine_room():
-    """bench/speed/serve_gpu.py measures with vLLM's own `vllm bench serve`, called through
+    """da_lab/bench/timing/serve_gpu.py measures with vLLM's own `vllm bench serve`, called through
     da_lab.engine.bench_serve (no console script needed); its parser takes the options."""
     r = subprocess.run([sys.executable, "-m", "da_lab.engine.bench_serve", "--help"],
                        capture_output=True, text=True, timeout=600)

@@ -13,10 +13,10 @@ from da_lab.core.layout import Layout
 from da_lab.core.mask import kept_blocks
 from da_lab.core.record import RequestStep
 from da_lab.core.tags import Directive, Mode, parse_tag
-from da_lab.training import eval_tasks as E
-from da_lab.training import task as T
-from da_lab.training.eval_base import parse_range
-from da_lab.training.eval_engine import blocks_for, kept_after_tag, trapped_from
+from da_lab.training.data import task as T
+from da_lab.training.eval import eval_tasks as E
+from da_lab.training.eval.eval_base import parse_range
+from da_lab.training.eval.eval_engine import blocks_for, kept_after_tag, trapped_from
 
 
 def test_hidden_chunks_are_never_kept_under_focus_and_travel_in_the_layout_dict():
@@ -138,7 +138,7 @@ def test_tiny_tags_wrong_tag_ablation_through_the_engine(tmp_path):
 def test_the_wrong_tag_of_a_paper_prompt_is_written_in_the_papers_dialect():
     """A model trained on `<focus magic_chunks="k">` is forced a wrong tag of its own form (a
     card tag would test the dialect switch, not the mask)."""
-    from da_lab.training import eval_prompts as EP
+    from da_lab.training.eval import eval_prompts as EP
 
     rec = {"documents": ["Mara Olsen coaches Kilbride Albion.", "It was founded in 1902.",
                          "Its ground holds 4,000."],

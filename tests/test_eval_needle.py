@@ -5,9 +5,9 @@ line's `needs` names; lines `da-lab eval --prompts` accepts, in the paper's prot
 import pytest
 
 from da_lab.core.paper import MAX_TOKENS, segment_context
-from da_lab.training import nl_task as N
-from da_lab.training.eval_needle import DEPTHS, needle_lines
-from da_lab.training.eval_prompts import check, to_sample
+from da_lab.training.data import nl_task as N
+from da_lab.training.eval.eval_needle import DEPTHS, needle_lines
+from da_lab.training.eval.eval_prompts import check, to_sample
 
 
 @pytest.fixture(scope="module")

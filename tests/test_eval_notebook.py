@@ -1,4 +1,4 @@
-"""Notebook 06's helpers (da_lab.training.nl_demo), without an engine: a learner's documents
+"""Notebook 06's helpers (da_lab.training.eval.nl_demo), without an engine: a learner's documents
 become exactly the prompt SmolLM2-DA was trained on; bad input gets a clear message; the
 end-of-turn wrapper; the eval table read from committed documents; the shipped trace."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from da_lab.training import nl_demo
-from da_lab.training import nl_task as N
+from da_lab.training.data import nl_task as N
+from da_lab.training.eval import nl_demo
 
 ROOT = Path(__file__).resolve().parents[1]
 

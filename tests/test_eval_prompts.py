@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from da_lab.training import eval_prompts as P
-from da_lab.training import nl_gen as G
-from da_lab.training import nl_task as N
-from da_lab.training.evaluate import summary
-from da_lab.training.nl_gen import registry
+from da_lab.training.data import nl_gen as G
+from da_lab.training.data import nl_task as N
+from da_lab.training.data.nl_gen import registry
+from da_lab.training.eval import eval_prompts as P
+from da_lab.training.eval.evaluate import summary
 
 ROOT = Path(__file__).resolve().parents[1]
 HANDWRITTEN = ROOT / "bench" / "data" / "handwritten-prompts.jsonl"
@@ -155,8 +155,8 @@ def test_the_hand_written_file_keeps_its_promises():
 def test_paper_protocol_lines(tmp_path):
     """"protocol": "paper" builds the paper's Magic Chunk prompt (unpadded spans) and scores
     the paper's reply: the chunk it focused, the text inside <answer>."""
-    from da_lab.training import eval_prompts as EP
-    from da_lab.training.evaluate import answer_text
+    from da_lab.training.eval import eval_prompts as EP
+    from da_lab.training.eval.evaluate import answer_text
 
     rec = {"documents": ["Mara Olsen coaches Kilbride Albion.", "It was founded in 1902."],
            "question": "Who coaches Kilbride Albion?", "answer": ["Mara Olsen"], "needs": [1],
@@ -180,7 +180,7 @@ def test_paper_protocol_lines(tmp_path):
 def test_generated_lines_in_the_paper_protocol_carry_it(capsys, tmp_path):
     """`eval_prompts --protocol paper` writes the same prompts as the card's, marked "paper",
     so both dialects are scored on one set of documents and questions."""
-    from da_lab.training import eval_prompts as EP
+    from da_lab.training.eval import eval_prompts as EP
 
     assert EP.main(["--n", "3", "--split", "heldout", "--set", "x"]) == 0
     card = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
@@ -223,7 +223,7 @@ def test_prompts_that_are_no_file_are_called_what_they_are(tmp_path):
 def test_eval_split_keeps_each_dialects_sets_apart(tmp_path):
     """One run over both dialects splits into one document per set and dialect, each with its
     summary recomputed from its own rows."""
-    from da_lab.training import eval_split as S
+    from da_lab.training.eval import eval_split as S
 
     assert S.group_of("hand-written/zoos") == "hand-written"
     assert S.group_of("paper/hand-written/zoos") == "paper/hand-written"

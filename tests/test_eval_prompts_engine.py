@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from da_lab.training import eval_prompts as P
-from da_lab.training import nl_task as N
-from da_lab.training.evaluate import KEYS
+from da_lab.training.data import nl_task as N
+from da_lab.training.eval import eval_prompts as P
+from da_lab.training.eval.evaluate import KEYS
 
 DOCS = ["Harrow Bridge\nThe Harrow Bridge crosses the river Lune. It is 412 metres long and "
         "was opened in 1931. The engineer was Mara Olsen.",

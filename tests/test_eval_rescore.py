@@ -10,10 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from da_lab.training import eval_prompts as P
-from da_lab.training import eval_rescore as R
-from da_lab.training import nl_task as N
-from da_lab.training.evaluate import load_document
+from da_lab.training.data import nl_task as N
+from da_lab.training.eval import eval_prompts as P
+from da_lab.training.eval import eval_rescore as R
+from da_lab.training.eval.evaluate import load_document
 
 ROOT = Path(__file__).resolve().parents[1]
 KOVAC = {"id": "k", "documents": ["Kovac Textiles works in telecoms.",
@@ -90,12 +90,12 @@ def test_the_12_06_held_out_eval_rescored_from_prompts_written_again(tmp_path):
     its prompt, and only the Kovac Textiles row changes verdict (DA and all blocks)."""
     prompts = tmp_path / "held-out.jsonl"
     with prompts.open("w") as f:
-        subprocess.run([sys.executable, "-m", "da_lab.training.eval_prompts", "--n", "500",
+        subprocess.run([sys.executable, "-m", "da_lab.training.eval.eval_prompts", "--n", "500",
                         "--split", "heldout", "--set", "held-out-domains", "--by-domain"],
                        stdout=f, check=True, cwd=ROOT)
     src = ROOT / "bench/results/eval-smollm2-h100-2026-12-06-held-out-domains.json.gz"
     out = tmp_path / "rescored.json"
-    r = subprocess.run([sys.executable, "-m", "da_lab.training.eval_rescore", str(src),
+    r = subprocess.run([sys.executable, "-m", "da_lab.training.eval.eval_rescore", str(src),
                         str(prompts), "--out", str(out)], capture_output=True, text=True,
                        check=True, cwd=ROOT)
     lines = r.stdout.splitlines()

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from da_lab.training import eval_tasks as E
-from da_lab.training import nl_gen as G
-from da_lab.training import nl_task as N
-from da_lab.training.evaluate import KEYS
+from da_lab.training.data import nl_gen as G
+from da_lab.training.data import nl_task as N
+from da_lab.training.eval import eval_tasks as E
+from da_lab.training.eval.evaluate import KEYS
 
 N_PROMPTS = 6
 GEN = ["--context", "300,400", "--chunks", "2,4"]

@@ -1,4 +1,4 @@
-"""CPU smoke run of the SmolLM2 fine-tuning (da_lab.training.finetune): a few LoRA steps on
+"""CPU smoke run of the SmolLM2 fine-tuning (da_lab.training.trainer.finetune): a few LoRA steps on
 short prompts of the natural-language task, with SmolLM2 cut to its first two layers so that it
 fits in well under two minutes on two busy cores. The held-out loss falls, and the delta file
 loads back and merges into the base weights to the logits of the model in memory."""
@@ -8,8 +8,8 @@ import json
 import pytest
 
 from da_lab.models import smollm2 as S
-from da_lab.training import finetune as F
-from da_lab.training import nl_gen as G
+from da_lab.training.data import nl_gen as G
+from da_lab.training.trainer import finetune as F
 
 LAYERS = 2
 
@@ -30,7 +30,7 @@ def test_smoke_run_lowers_the_held_out_loss_and_records_itself(run):
     assert meta["steps"] == 6 and meta["stopped_by"] == "steps"
     assert meta["heldout_loss_after"] < meta["heldout_loss_before"]
     rec = json.loads((out / "training.json").read_text())
-    assert rec["command"].startswith("python -m da_lab.training.finetune --device cpu")
+    assert rec["command"].startswith("python -m da_lab.training.trainer.finetune --device cpu")
     assert rec["seed"] == 3 and len(rec["loss_per_step"]) == 6 and rec["wall_seconds"] > 0
     assert [h["step"] for h in rec["probe_history"]] == [3]
     assert set(rec["heldout"]) >= {"tag_accuracy", "da_answer_accuracy",

@@ -63,8 +63,8 @@ def test_an_unknown_metadata_call_raises_naming_the_supported_versions():
 
     from da_lab.hook.errors import DAUnsupported
     from da_lab.hook.runners import v1
-    from da_lab.hook.runners.releases import supported_range
     from da_lab.hook.session import SESSION
+    from da_lab.versions.releases import supported_range
 
     calls = []
 
@@ -86,7 +86,7 @@ def test_a_runner_without_the_known_signature_is_refused():
 
     from da_lab.hook.errors import DAUnsupported
     from da_lab.hook.runners import v1
-    from da_lab.hook.runners.needs import needs_for
+    from da_lab.versions.needs import needs_for
 
     class Runner:
         def _build_attention_metadata(self, num_tokens, num_reqs):   # no num_scheduled_tokens

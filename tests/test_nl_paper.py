@@ -7,9 +7,9 @@ oracle's matrix of the hook's history for those tags."""
 import pytest
 
 from da_lab.core.tags import Directive, Mode, TagStream
-from da_lab.training import nl_gen as G
-from da_lab.training import nl_task as N
-from da_lab.training.evaluate import answer_text
+from da_lab.training.data import nl_gen as G
+from da_lab.training.data import nl_task as N
+from da_lab.training.eval.evaluate import answer_text
 
 SMALL = {"context": (900, 1400), "n_chunks": (4, 10)}
 
@@ -93,7 +93,7 @@ def test_the_training_mask_is_the_oracle_of_the_hook_history(tok, samples):
     from da_lab.checks.oracle import mask_matrix
     from da_lab.core.layout import BLOCK_SIZE
     from da_lab.core.mask import kept_blocks
-    from da_lab.training import train as R
+    from da_lab.training.trainer import train as R
 
     part = [s for s in samples if s.kind == "multi"][:2] + samples[:3]
     part += [G.sample(5, 1, G.HELDOUT, protocol="paper", turns=3, **SMALL)]   # a paper drill
@@ -145,7 +145,7 @@ def test_paper_drills_ask_again_in_the_papers_tags(tok):
 
 def test_finetune_mixes_in_the_share_asked_and_replays_card_runs(tok):
     from da_lab.models.tiny import model_path
-    from da_lab.training.finetune import make_batch
+    from da_lab.training.trainer.finetune import make_batch
 
     job = {"seed": 0, "step": 1, "batch": 6, "tok": str(model_path("smollm2")),
            "batch_tokens": 12000, "context": (900, 1400), "chunks": (4, 10), "drill_p": 0.5,
@@ -166,14 +166,14 @@ def test_finetune_mixes_in_the_share_asked_and_replays_card_runs(tok):
 
 
 def test_the_engines_decode_positions_come_back_from_the_replies(tok, tmp_path):
-    """bench/models/cost_at_block_size.py replays a committed eval's replies through the tag
+    """da_lab/bench/models/cost_at_block_size.py replays a committed eval's replies through the tag
     machine and the layout: at the run's own 32-token blocks it must give back, row by row, the
     KV positions the H100 engine counted; a smaller block reads no more."""
     import json
 
-    from bench.models.cost_at_block_size import row_positions
-    from da_lab.training import eval_prompts as P
-    from da_lab.training.evaluate import load_document
+    from da_lab.bench.models.cost_at_block_size import row_positions
+    from da_lab.training.eval import eval_prompts as P
+    from da_lab.training.eval.evaluate import load_document
 
     root = __import__("pathlib").Path(__file__).resolve().parents[1]
     doc = load_document(root / "bench/results/eval-smollm2-h100-2026-12-06-paper-hand-written"
@@ -202,7 +202,7 @@ def _shown(lay, k: int, n: int) -> bool:
 
 
 def test_paper_misses_finds_where_a_written_value_lives(samples):
-    from bench.models.paper_misses import holder
+    from da_lab.bench.models.paper_misses import holder
 
     def neighbour_shown(x):
         k = x.directive.chunks[0]

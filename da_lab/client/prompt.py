@@ -4,10 +4,10 @@
 Two formats, the ones the lab's trained models read:
   chat  (the model has a chat template, e.g. SmolLM2-DA): a system message saying how to tag,
         then the user message "Here are the documents.\\n" + chunks ("Document Ck: ...") +
-        "Question: ...", as da_lab.training.nl_task builds its samples. The template's text
+        "Question: ...", as da_lab.training.data.nl_task builds its samples. The template's text
         before and after the user message is found by rendering it around a marker.
   plain (no chat template, e.g. the embedded da-tiny-tags): the scaffold head, the chunks and
-        " Question: ... Answer:", as da_lab.training.task builds them, after a BOS token.
+        " Question: ... Answer:", as da_lab.training.data.task builds them, after a BOS token.
 Each section is tokenized on its own and padded to whole KV blocks with the tokenizer's "\\n"
 (core/layout.build_prompt), so chunk boundaries fall exactly on block boundaries; the client
 sends the token ids, never the text, so the server can't re-tokenize across them.

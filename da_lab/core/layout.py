@@ -40,7 +40,7 @@ class Layout:
     chunk_blocks: tuple[int, ...]
     prompt_len: int
     # Chunks FOCUS never keeps, even when a tag names them: the eval's hidden-chunk ablation
-    # (da_lab.training.evaluate). Empty for every real prompt.
+    # (da_lab.training.eval.evaluate). Empty for every real prompt.
     hidden: tuple[int, ...] = ()
     # The paper's chunks: token spans [start, end) of C1..Cn, in order, disjoint. Empty for the
     # card's whole-block chunks; set by from_spans, which derives head_blocks and chunk_blocks.

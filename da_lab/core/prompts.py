@@ -1,8 +1,8 @@
 """The scaffold texts the lab's models were trained with: a DA prompt written for one of them
 starts this way (the training tasks, the server's prompt builder and the lessons share these).
 
-  HEAD    da-tiny-tags' scaffold head (training/task.py: records in chunks)
-  SYSTEM  SmolLM2-DA's system message: how to tag (training/nl_task.py)
+  HEAD    da-tiny-tags' scaffold head (training/data/task.py: records in chunks)
+  SYSTEM  SmolLM2-DA's system message: how to tag (training/data/nl_task.py)
   INTRO   the first line of SmolLM2-DA's user message, before the documents
 """
 

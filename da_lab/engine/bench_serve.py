@@ -2,7 +2,7 @@
 
     python -m da_lab.engine.bench_serve --backend vllm --base-url ... [vllm bench serve options]
 
-bench/speed/serve_gpu.py calls this instead of the `vllm` console script, which needs vLLM's
+da_lab/bench/timing/serve_gpu.py calls this instead of the `vllm` console script, which needs vLLM's
 dist metadata (the GPU bundle carries vLLM's Python tree without it). Where the argument parser
 lives depends on the release, so that difference stays here, beside the engine.
 """

@@ -12,7 +12,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from da_lab.hook.runners.releases import engine_name, engine_version  # noqa: F401 - re-exported
+from da_lab.versions.releases import engine_name, engine_version  # noqa: F401 - re-exported
 
 # Set before vLLM is imported: offline, in-process, a KV cache the CPU machine can afford.
 LAB_ENV = {

@@ -5,7 +5,7 @@ Only changes are kept per step, so a trace of a 100k-block cache stays small. `s
 `diff` read the whole pool (the reference, and what tests compare against); `KVTracker` gives
 the same changes step by step while looking only at blocks that can have changed.
 
-Every attribute read here on a vLLM object is declared in hook/runners/needs.py (the "kvmap"
+Every attribute read here on a vLLM object is declared in versions/needs.py (the "kvmap"
 needs) and so checked against every release's manifest: vLLM's objects are held only in the
 local names of `VLLM_NAMES`, and tests/test_vllm_manifests.py reads this module with `ast` and
 fails on an attribute read of one of them that is not declared, or on a read of anything else
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from da_lab.core.wire import EXTRA_ID
-from da_lab.hook.runners.needs import (
+from da_lab.versions.needs import (
     BLOCK,
     COORDINATOR,
     CORE,

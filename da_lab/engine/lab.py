@@ -15,7 +15,7 @@ from da_lab.core.cost import request_cost
 from da_lab.core.layout import BLOCK_SIZE, DAPrompt, build_prompt, seed_texts
 from da_lab.core.paper import paper_prompt
 from da_lab.core.record import StepRecord
-from da_lab.engine import access, kvmap, startup, steering, validate
+from da_lab.engine import access, kvmap, startup, steer_plan, validate
 from da_lab.engine.env import LAB_ENV, apply_env, engine_name, engine_version  # noqa: F401
 from da_lab.engine.quiet import quiet_engine_start
 from da_lab.engine.results import flag_requests, prune_finished, request_result
@@ -103,8 +103,8 @@ class Lab:
             from vllm import LLM
 
             from da_lab.hook import register
-            from da_lab.hook.runners.releases import engine_kwargs as release_kwargs
             from da_lab.hook.session import SESSION
+            from da_lab.versions.releases import engine_kwargs as release_kwargs
 
             register()   # also loaded by vLLM as a plugin; idempotent
         self._phase("starting the engine")
@@ -215,10 +215,10 @@ class Lab:
         """Make the director write `tag` into a running request's output from the engine's next
         token on (past any tag being written); the hook then traps it like any tag the model
         wrote. Returns that output index. Raises ValueError, saying why, when the tag would not
-        be written or would change nothing (engine/steering.py). (The mode never changes
+        be written or would change nothing (engine/steer_plan.py). (The mode never changes
         beside the stream: this only forces tokens.)"""
         self._alive()
-        plan = steering.plan(self, da_id, tag)
+        plan = steer_plan.plan(self, da_id, tag)
         if not plan.ok:
             raise ValueError(plan.reason)
         self.hook.steer(da_id, plan.at, plan.ids)
@@ -227,9 +227,9 @@ class Lab:
         r["script"].append((plan.at, len(plan.ids), tag))
         return plan.at
 
-    def steer_check(self, da_id: str, tag: str) -> steering.SteerPlan:
+    def steer_check(self, da_id: str, tag: str) -> steer_plan.SteerPlan:
         """What `steer(da_id, tag)` would do now, without doing it: `.at`, or `.reason`."""
-        return steering.plan(self, da_id, tag)
+        return steer_plan.plan(self, da_id, tag)
 
     def abort(self, da_id: str) -> None:
         r = self.requests.get(da_id)

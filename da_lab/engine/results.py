@@ -41,7 +41,7 @@ def request_result(requests: dict, da_id: str) -> dict:
 
 def per_request_entries(lab) -> dict[str, int]:
     """Entries that must be 0 whenever no request runs: live per-request state anywhere, and
-    finished histories beyond their bounds (tests and bench/reliability/reliability.py count
+    finished histories beyond their bounds (tests and da_lab/bench/reliability/reliability.py count
     these)."""
     return {**lab.hook.entries(),
             "lab.running": sum(not r["finished"] for r in lab.requests.values()),

@@ -4,8 +4,8 @@ kvmap.py on the driver's side, the only importers of vLLM internals).
 Registered as the `vllm.general_plugins` entry point `da_lab`, so vLLM loads it in the driver and
 in every worker process. Runner differences live in the adapters (`runners/v1.py` for the v1
 model runner, which the CPU build uses; `runners/v2.py` for the V2 GPU runner), what they rely
-on in `runners/needs.py`, which releases are served and how each was verified in
-`runners/releases.py`. One step's data flows through `step.Step` (decision, edit in
+on in `versions/needs.py`, which releases are served and how each was verified in
+`versions/releases.py`. One step's data flows through `step.Step` (decision, edit in
 `metadata.py`, what the builder got, the sampled tokens), the requests' lifecycle is
 `book.RequestBook`, and `session.SESSION` is the hook's one module-level state. `register()`
 refuses releases outside the manifests and warns once on one that was only checked statically.
@@ -13,16 +13,16 @@ refuses releases outside the manifests and warns once on one that was only check
 
 from __future__ import annotations
 
-from da_lab.hook.runners.needs import RELEASES
-from da_lab.hook.runners.releases import serve_args
+from da_lab.versions.needs import RELEASES
+from da_lab.versions.releases import serve_args
 
 # `vllm serve` options a DA server needs per release (`da-lab serve` adds them); derived from
-# runners/releases.py, where the version differences live.
+# versions/releases.py, where the version differences live.
 SERVE_ARGS = {v: serve_args(v) for v in RELEASES if serve_args(v)}
 
 def check_version(version: str, distribution: str | None = None) -> None:
     """Raise (a one-line message naming the supported range) for a release the hook refuses."""
-    from da_lab.hook.runners import releases
+    from da_lab.versions import releases
 
     action, msg = releases.load_decision(version, distribution or releases.GPU)
     if action == "refuse":
@@ -46,7 +46,7 @@ def register() -> None:
         return
     import vllm
 
-    from da_lab.hook.runners import releases
+    from da_lab.versions import releases
 
     releases.apply_decision(vllm.__version__, releases.installed_distribution())
     version = releases.base_version(vllm.__version__)

@@ -106,7 +106,7 @@ class RequestBook:
 
     def steer(self, da_id: str, at: int, ids: list[int]) -> None:
         """Force `ids` into request `da_id`'s output from index `at` on: the director's live
-        script. The caller (engine/steering.py) picked `at`: not yet sampled, clear of every
+        script. The caller (engine/steer_plan.py) picked `at`: not yet sampled, clear of every
         other scripted tag, with room for the tag to close and take effect."""
         self.scripts.setdefault(da_id, []).append((at, list(ids)))
 

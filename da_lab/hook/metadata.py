@@ -49,7 +49,7 @@ def _cpu_copy(t, n: int, new_seq: np.ndarray):
 def apply(cm, step, fields: dict):
     """The CommonAttentionMetadata the builder should see for `step`'s decision (a
     `step.Step`: rows, kepts, new_seq; on CUDA it keeps what `restore` puts back). `fields`:
-    how each CommonAttentionMetadata field follows the kernel rows (runners/cm_fields.py)."""
+    how each CommonAttentionMetadata field follows the kernel rows (versions/cm_fields.py)."""
     rows, kepts, new_seq = step.rows, step.kepts, step.new_seq
     src = cm.block_table_tensor
     n = len(new_seq)

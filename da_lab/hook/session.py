@@ -71,7 +71,7 @@ class Session:
         self.steps: list[Step] = []      # steps with DA requests not reported yet
         self.installed = False           # register() patched this process
         # CommonAttentionMetadata field -> (treatment, why), for the installed release
-        # (runners/common.install, from runners/cm_fields.py).
+        # (runners/common.install, from versions/cm_fields.py).
         self.cm_fields: dict[str, tuple[str, str]] = {}
         # decide_rewrite: the decision and bookkeeping; apply: the builder-side edit of the
         # metadata; detok_tags: incremental detokenize + tag state machine.

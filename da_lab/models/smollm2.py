@@ -21,7 +21,7 @@ The build is deterministic: the same GGUF (its sha256 is checked) gives the same
 weights' sha256 is pinned below and a different result is reported. A folder is rebuilt when
 its source.json no longer matches (a new delta, a new builder version). DA_LAB_SMOLLM2_GGUF
 points at a .gguf file elsewhere (the GPU machine reassembles one from parts:
-`bench.models.smollm2_parts`).
+`da_lab.bench.models.smollm2_parts`).
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ def read_delta(path: Path) -> tuple[dict, dict]:
         path = path / DELTA_FILE
     if not path.is_file():
         raise SmolLM2Missing(f"no {DA_NAME} delta at {path} (train one: python -m "
-                             "da_lab.training.finetune --out DIR, then copy DIR/"
+                             "da_lab.training.trainer.finetune --out DIR, then copy DIR/"
                              f"{DELTA_FILE} to {DELTA_DIR})")
     with safe_open(str(path), framework="pt") as f:
         raw = (f.metadata() or {}).get(DELTA_META, "{}")

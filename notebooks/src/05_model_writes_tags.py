@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 5 · A model that writes its own tags
 #
-# Until now a *director* forced the tags into the output. Here nobody does: the embedded model was trained (`python -m da_lab.training.train`, task in `da_lab.training.task`) to read a question, write `<focus Ck>` naming the chunk that holds the answer (`<local>` when no chunk is needed, `<focus Ci,Cj>` when two are), then answer under the mask its own tag switched on.
+# Until now a *director* forced the tags into the output. Here nobody does: the embedded model was trained (`python -m da_lab.training.trainer.train`, task in `da_lab.training.data.task`) to read a question, write `<focus Ck>` naming the chunk that holds the answer (`<local>` when no chunk is needed, `<focus Ci,Cj>` when two are), then answer under the mask its own tag switched on.
 #
 # The weights ship in `da_lab/assets/da-tiny-tags/` (3M parameters, 6 MB; `training.json` there says how they were made). Set `MODEL = "da-tiny-v1"` below to see the random model try: garbage tags, zeros in the table.
 
@@ -17,7 +17,7 @@ print(MODEL, "->", model_path(MODEL))
 
 # %%
 from da_lab.engine.one_lab import shut_down_running
-from da_lab.training.evaluate import run_eval, table
+from da_lab.training.eval.evaluate import run_eval, table
 
 shut_down_running()   # the eval starts its own engine, sized for its prompts: one per process
 res = run_eval(40, model_path(MODEL), progress=False)
@@ -31,7 +31,7 @@ for r in res["rows"][3:9]:      # not the live question below (the eval's third)
 # One held-out question, no director: the tag buffer fills with what the model writes, traps at `>`, and the row shrinks to the chunk it named. Press ▶ or run the next cell.
 
 # %%
-from da_lab.training import task
+from da_lab.training.data import task
 from da_lab.engine.one_lab import one_lab
 from da_lab_widgets import BlocksDiagram, DAHookDiagram, Highlight, LiveSource, Player
 

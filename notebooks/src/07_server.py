@@ -38,7 +38,7 @@ print(f"server at {url}: started in {time.perf_counter() - t0:.0f} s on {os.cpu_
 # %%
 from concurrent.futures import ThreadPoolExecutor
 from da_lab.client import DAClient
-from da_lab.training.task import held_out
+from da_lab.training.data.task import held_out
 
 client = DAClient(url)
 samples = held_out(3)

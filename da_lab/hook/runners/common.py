@@ -10,9 +10,10 @@ from dataclasses import dataclass
 
 from da_lab.hook.errors import DAUnsupported
 from da_lab.hook.facts import EngineFacts
-from da_lab.hook.runners import cm_fields, live, releases
-from da_lab.hook.runners.needs import BUILDER, need, needs_for
+from da_lab.hook.runners import live
 from da_lab.hook.session import SESSION
+from da_lab.versions import cm_fields, releases
+from da_lab.versions.needs import BUILDER, need, needs_for
 
 __all__ = ["DAUnsupported", "install", "check_specs", "check_groups", "check_kernel_blocks",
            "note_runner", "patch_methods", "patch_builder_class", "RunnerView",

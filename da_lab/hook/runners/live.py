@@ -12,7 +12,7 @@ import importlib.util
 import inspect
 
 from da_lab.hook.errors import DAUnsupported
-from da_lab.hook.runners.needs import Need
+from da_lab.versions.needs import Need
 
 
 def _resolve(need: Need):
@@ -86,7 +86,7 @@ def check(needs: list[Need], what: str) -> None:
     """Raise DAUnsupported listing every need that fails, naming the adapter `what`."""
     bad = [p for p in (problem(n) for n in needs) if p]
     if bad:
-        from da_lab.hook.runners.releases import supported_range
+        from da_lab.versions.releases import supported_range
 
         raise DAUnsupported(
             f"the DA hook's {what} adapter does not match this vLLM ({'; '.join(bad)}); it was "
@@ -102,4 +102,4 @@ def check_cm_fields(cls, expected: dict[str, str]) -> None:
         raise DAUnsupported(
             "CommonAttentionMetadata differs from the fields the DA edit was written for "
             f"(new: {', '.join(new) or '-'}; gone: {', '.join(gone) or '-'}); see "
-            "da_lab/hook/runners/cm_fields.py")
+            "da_lab/versions/cm_fields.py")

@@ -31,10 +31,10 @@ from da_lab.hook.runners.common import (
     wrap_get_kv_cache_spec,
     wrap_initialize_kv_cache,
 )
-from da_lab.hook.runners.needs import V1, need, needs_for
-from da_lab.hook.runners.releases import supported_range
 from da_lab.hook.session import SESSION
 from da_lab.hook.step import Step
+from da_lab.versions.needs import V1, need, needs_for
+from da_lab.versions.releases import supported_range
 
 # The keywords the real step passes to _build_attention_metadata (needs.py checks every call).
 _STEP_KEYWORDS = need(V1 + "._build_attention_metadata").accepts

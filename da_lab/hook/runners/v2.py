@@ -158,7 +158,7 @@ def install(version: str) -> bool:
     if importlib.util.find_spec("vllm.v1.worker.gpu") is None:
         return False
     from da_lab.hook.runners import live
-    from da_lab.hook.runners.needs import needs_for
+    from da_lab.versions.needs import needs_for
 
     live.check(needs_for(version, ("v2",)), "V2 model runner")
     from vllm.v1.worker.gpu.block_table import BlockTables
@@ -183,7 +183,7 @@ def _refuse_cpu_v2(version: str) -> None:
 
     from da_lab.hook.errors import DAUnsupported
     from da_lab.hook.runners import live
-    from da_lab.hook.runners.needs import needs_for
+    from da_lab.versions.needs import needs_for
 
     live.check(needs_for(version, ("cpu",)), "CPU worker")
 

@@ -1,0 +1,260 @@
+"""What the DA hook relies on in vLLM, declared once: every module, class, method signature and
+attribute the adapters touch (and the engine side, da_lab/engine/: its accessors, the KV map,
+diagram 1's introspection, the Lab's engine calls; declared in needs_engine.py), with the
+releases each applies to. Two readers: the runtime (`live.py`, when the plugin
+loads) checks what Python can see on the live classes; the static checker
+(`da_lab/checks/manifest.py`) reads a wheel's sources with `ast`, and the test over the
+committed manifests (tests/test_vllm_manifests.py) checks every need against every release it
+applies to. A symbol is `module:Qualified.name`.
+
+`DIFFERENCES` are the 0.26 -> 0.33 changes that matter to the hook, each with evidence that
+holds in exactly the releases named (the test checks both directions, so a range that is off
+by one release fails) and what the adapters do about it (docs/vllm-internals.md §5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The engine side's needs, and the scheduler-side symbols engine/kvmap.py imports from here.
+from da_lab.versions.needs_engine import (  # noqa: F401 - re-exported
+    BLOCK,
+    COORDINATOR,
+    CORE,
+    ENGINE_NEEDS,
+    KV_MANAGER,
+    POOL,
+    REQUEST,
+    SAMPLING,
+    SCHED,
+    SINGLE_TYPE,
+)
+
+# Every release the hook has a manifest for, oldest first (manifests/vllm-<v>.json).
+RELEASES = ("0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0",
+            "0.33.0")
+
+
+def in_range(version: str, spec: str) -> bool:
+    """`spec` is "" (every release) or "LO..HI" (inclusive; either side may be empty)."""
+    if not spec:
+        return version in RELEASES
+    lo, _, hi = spec.partition("..")
+    i = RELEASES.index(version)
+    return (not lo or i >= RELEASES.index(lo)) and (not hi or i <= RELEASES.index(hi))
+
+
+@dataclass(frozen=True)
+class Need:
+    symbol: str                       # "vllm.x.y:Class.member"; "vllm.x.y" for a module
+    kind: str = "function"            # module | class | function | attribute | call | fields
+    first: tuple[str, ...] = ()       # function: its leading parameters after self, in order
+    accepts: tuple[str, ...] = ()     # function: names it takes as keywords; call: keywords
+    callee: str = ""                  # call: the method `symbol` calls (self.x(), y.x(), ...)
+    outside: tuple[str, ...] = ()     # call: enclosing methods whose calls are exempt
+    versions: str = ""                # the releases it applies to (see in_range)
+    who: str = ""                     # the adapter that relies on it
+    why: str = ""
+
+    @property
+    def module(self) -> str:
+        return self.symbol.partition(":")[0]
+
+    @property
+    def qualname(self) -> str:
+        return self.symbol.partition(":")[2]
+
+
+V1 = "vllm.v1.worker.gpu_model_runner:GPUModelRunner"
+V2 = "vllm.v1.worker.gpu.model_runner:GPUModelRunner"
+CM = "vllm.v1.attention.backend:CommonAttentionMetadata"
+BUILDER = "vllm.v1.attention.backend:AttentionMetadataBuilder"
+GROUP = "vllm.v1.worker.utils:AttentionGroup"
+
+
+def _n(who, symbol, kind="function", **kw) -> Need:
+    return Need(symbol, kind, who=who, **kw)
+
+
+NEEDS: tuple[Need, ...] = (
+    # runners/common.py: start-up refusals and who runs
+    _n("common", "vllm.v1.kv_cache_interface:FullAttentionSpec", "class",
+       why="the one KV-cache kind a kernel row can express"),
+    _n("common", "vllm.v1.kv_cache_interface:KVCacheConfig.kv_cache_groups", "attribute"),
+    _n("common", "vllm.v1.kv_cache_interface:KVCacheConfig.num_blocks", "attribute",
+       why="a server trace's num_blocks (the runners' view)"),
+    _n("common", SAMPLING + ".extra_args", "attribute",
+       why="a request's layout and da_id (the runners, engine/kvmap.py)"),
+    _n("common", "vllm.config.vllm:VllmConfig.speculative_config", "attribute"),
+    _n("common", "vllm.config.parallel:ParallelConfig.decode_context_parallel_size",
+       "attribute"),
+    _n("common", "vllm.config.parallel:ParallelConfig.prefill_context_parallel_size",
+       "attribute"),
+    _n("common", "vllm.config.parallel:ParallelConfig.pipeline_parallel_size", "attribute"),
+    _n("common", "vllm.config.parallel:ParallelConfig.use_ubatching", "attribute",
+       why="micro-batches get one builder each and a slice of the rows: refused"),
+    _n("common", "vllm.config.scheduler:SchedulerConfig.async_scheduling", "attribute"),
+    _n("common", GROUP + ".get_metadata_builder"),
+    _n("common", GROUP + ".backend", "attribute"),
+    _n("common", GROUP + ".kv_cache_spec", "attribute",
+       why="the manager's block size, against the builder's (kernel) one"),
+    _n("common", BUILDER + ".kv_cache_spec", "attribute"),
+    # runners/v1.py: the v1 model runner (the CPU runner subclasses it)
+    _n("v1", V1 + "._build_attention_metadata", accepts=("num_reqs", "num_scheduled_tokens")),
+    _n("v1", V1, "call", callee="_build_attention_metadata",
+       accepts=("num_reqs", "num_scheduled_tokens"), outside=("_dummy_run",),
+       why="the wrapper reads the step's rows from these keywords; any other call raises"),
+    _n("v1", V1, "call", callee="_sample", why="the sampler wrapper sees every step's tokens"),
+    _n("v1", V1 + "._dummy_run"),
+    _n("v1", V1 + "._sample"),
+    _n("v1", V1 + ".execute_model", first=("scheduler_output",)),
+    _n("v1", V1 + ".get_kv_cache_spec"),
+    _n("v1", V1 + ".initialize_kv_cache", first=("kv_cache_config",)),
+    _n("v1", V1 + ".input_batch", "attribute"),
+    _n("v1", V1 + ".requests", "attribute"),
+    _n("v1", V1 + ".optimistic_seq_lens_cpu", "attribute"),
+    _n("v1", V1 + ".attn_groups", "attribute"),
+    _n("v1", V1 + ".vllm_config", "attribute"),
+    _n("v1", V1 + ".model_config", "attribute"),
+    _n("v1", V1 + ".device", "attribute"),
+    _n("v1", "vllm.v1.worker.gpu_input_batch:InputBatch.req_ids", "attribute"),
+    _n("v1", "vllm.v1.worker.gpu_input_batch:InputBatch.block_table", "attribute"),
+    _n("v1", "vllm.v1.worker.gpu_input_batch:CachedRequestState.sampling_params", "attribute"),
+    _n("v1", "vllm.v1.worker.gpu_input_batch:CachedRequestState.prompt_token_ids",
+       "attribute"),
+    _n("v1", "vllm.v1.worker.gpu_input_batch:CachedRequestState.block_ids", "attribute",
+       why="a server trace's KV map (v1.request_blocks)"),
+    _n("v1", V1 + ".kv_cache_config", "attribute", why="a server trace's num_blocks"),
+    _n("v1", "vllm.v1.worker.block_table:MultiGroupBlockTable.__getitem__"),
+    _n("v1", "vllm.v1.worker.block_table:BlockTable.get_numpy_array"),
+    _n("v1", "vllm.v1.outputs:SamplerOutput.sampled_token_ids", "attribute"),
+    _n("v1", "vllm.v1.worker.cpu_model_runner:CPUModelRunner.initialize_kv_cache", "call",
+       callee="initialize_kv_cache",
+       why="the CPU runner overrides it and must still call the wrapped GPUModelRunner one"),
+    # runners/v2.py on the CPU: the CPU worker refuses its V2 runner (v1/worker/cpu/)
+    _n("cpu", "vllm.v1.worker.cpu_worker:CPUWorker.init_device"),
+    _n("cpu", "vllm.v1.worker.cpu_worker:CPUWorker.model_runner", "attribute"),
+    _n("cpu", "vllm.v1.worker.cpu.model_runner:CPUModelRunner", "class",
+       why="the CPU V2 runner the worker may start instead of the v1 one"),
+    # runners/v2.py: the V2 model runner (GPU)
+    *(_n("v2", V2, "call", callee=c, why="the wrapped step methods are still called")
+      for c in ("add_requests", "prepare_attn", "sample", "append_block_ids")),
+    _n("v2", V2 + ".add_requests", first=("scheduler_output",)),
+    _n("v2", V2 + ".prepare_attn", first=("input_batch",)),
+    _n("v2", V2 + ".execute_model", first=("scheduler_output",)),
+    _n("v2", V2 + ".sample"),
+    _n("v2", V2 + ".get_kv_cache_spec"),
+    _n("v2", V2 + ".initialize_kv_cache", first=("kv_cache_config",)),
+    _n("v2", V2 + ".req_states", "attribute"),
+    _n("v2", V2 + ".block_tables", "attribute"),
+    _n("v2", V2 + ".attn_groups", "attribute"),
+    _n("v2", V2 + ".kv_cache_config", "attribute", why="a server trace's num_blocks"),
+    _n("v2", "vllm.v1.worker.gpu.states:RequestState.req_id_to_index", "attribute"),
+    _n("v2", "vllm.v1.worker.gpu.block_table:BlockTables.append_block_ids",
+       first=("req_index", "new_block_ids", "overwrite")),
+    *(_n("v2", f"vllm.v1.worker.gpu.input_batch:InputBatch.{a}", "attribute")
+      for a in ("num_reqs", "req_ids", "seq_lens_cpu_upper_bound", "num_scheduled_tokens",
+                "idx_mapping_np")),
+    *(_n("v2", f"vllm.v1.core.sched.output:NewRequestData.{a}", "attribute")
+      for a in ("req_id", "sampling_params", "prompt_token_ids", "prefill_token_ids")),
+    _n("v2", "vllm.v1.core.sched.output:SchedulerOutput.scheduled_new_reqs", "attribute"),
+    # metadata.py: the edit, on every backend's builder
+    _n("metadata", BUILDER + ".build", first=("common_prefix_len", "common_attn_metadata")),
+    _n("metadata", BUILDER + ".update_block_table"),
+    _n("metadata", CM, "fields", why="every field is classified in versions/cm_fields.py"),
+    # prefix_cache.py, service.py
+    _n("prefix_cache", "vllm.v1.core.kv_cache_coordinator:KVCacheCoordinator.cache_blocks",
+       first=("request", "num_computed_tokens")),
+    *(_n("prefix_cache", f"{REQUEST}.{a}", "attribute")
+      for a in ("sampling_params", "num_preemptions", "num_prompt_tokens")),
+    _n("service", "vllm.v1.worker.worker_base:WorkerBase", "class"),
+    _n("service", "vllm.v1.core.sched.output:SchedulerOutput.finished_req_ids", "attribute"),
+    # the engine side (da_lab/engine/: access, kvmap, introspect, lab, ...): needs_engine.py
+    *(Need(**fields) for fields in ENGINE_NEEDS),
+)
+
+
+@dataclass(frozen=True)
+class Difference:
+    name: str
+    versions: str          # the releases where `evidence` holds, and only those
+    evidence: Need
+    handling: str          # what the adapters do about it
+
+
+def _ev(symbol, kind="function", **kw) -> Need:
+    return Need(symbol, kind, **kw)
+
+
+DIFFERENCES: tuple[Difference, ...] = (
+    Difference("cascade attention", "0.26.0..0.31.0",
+               _ev(V1 + "._build_attention_metadata", accepts=("cascade_attn_prefix_lens",)),
+               "engines start with disable_cascade_attn (serve: --disable-cascade-attn); the "
+               "builder wrapper refuses common_prefix_len > 0. From 0.32 cascade attention is "
+               "gone and the flag only warns, so it is not passed"),
+    Difference("v1 calls builder.build directly", "0.26.0..0.31.0",
+               _ev(V1, "call", callee="build"),
+               "the builder wrapper takes (common_prefix_len, common_attn_metadata) by "
+               "keyword or position"),
+    Difference("v1 builds through AttentionGroup.build_metadata", "0.32.0..0.33.0",
+               _ev(V1, "call", callee="build_metadata"),
+               "build_metadata calls builder.build(common_prefix_len, cm) positionally, after "
+               "_with_kernel_block_table: the same wrapper serves"),
+    Difference("V2 builds through AttentionGroup.build_metadata(cm, ubatch_idx)",
+               "0.32.0..0.33.0",
+               _ev("vllm.v1.worker.gpu.attn_utils:build_attn_metadata", "call",
+                   callee="build_metadata"),
+               "one builder per micro-batch: micro-batching is refused at start "
+               "(use_ubatching), so ubatch 0's builder is the only one"),
+    Difference("kernel blocks mapped in the v1 BlockTable", "0.26.0..0.31.0",
+               _ev("vllm.v1.worker.block_table:BlockTable.blocks_per_kv_block", "attribute"),
+               "refused at start when a backend's kernel block size differs from the KV "
+               "manager's (kept-block indices would be in the wrong units)"),
+    Difference("kernel_block_table swapped in by AttentionGroup", "0.32.0..0.33.0",
+               _ev(GROUP + "._with_kernel_block_table"),
+               "same refusal at start (builder block size != manager block size)"),
+    Difference("builder kernel block size set after construction", "0.30.0..0.31.0",
+               _ev(BUILDER + ".set_kernel_block_size"),
+               "same refusal; the check reads the builder's kv_cache_spec after it is set"),
+    Difference("CommonAttentionMetadata private CPU copies", "0.26.0..0.29.0",
+               _ev(CM + "._seq_lens_cpu", "attribute"),
+               "the edit rewrites _seq_lens_cpu and shifts _num_computed_tokens_cpu with the "
+               "attention seq_lens (cm_fields.py)"),
+    Difference("CommonAttentionMetadata.req_idx", "0.30.0..0.33.0",
+               _ev(CM + ".req_idx", "attribute"),
+               "batch row -> request slot; the edit keeps rows in place, so it stands"),
+    Difference("CommonAttentionMetadata.max_logits_per_req", "0.28.0..0.33.0",
+               _ev(CM + ".max_logits_per_req", "attribute"),
+               "sampling-side (speculative decoding); untouched"),
+    Difference("builder hook requires_block_table_width", "0.27.0..0.33.0",
+               _ev(BUILDER + ".requires_block_table_width", "attribute"),
+               "sizes the builder's persistent table; a kernel row is never wider"),
+    Difference("builder hook update_draft_decode_metadata", "0.28.0..0.33.0",
+               _ev(BUILDER + ".update_draft_decode_metadata"),
+               "speculative decoding only, refused at start"),
+    Difference("builder use_cascade_attention", "0.26.0..0.31.0",
+               _ev(BUILDER + ".use_cascade_attention"),
+               "cascade attention, see above"),
+    Difference("V2 gather_block_tables(num_computed_tokens), dirty rows re-cleared", "0.33.0..",
+               _ev("vllm.v1.worker.gpu.block_table:BlockTables.gather_block_tables",
+                   accepts=("num_computed_tokens",)),
+               "every batch row is still gathered afresh each step (dirty rows are extra rows "
+               "of a larger earlier batch, zeroed), so the in-place edit of input_block_tables "
+               "is undone by the next gather; its sliding-window masking is for sliding-window "
+               "groups, refused at start"),
+    Difference("initialize_kv_cache(kv_cache_allocation_context)", "0.29.0..",
+               _ev(V1 + ".initialize_kv_cache", accepts=("kv_cache_allocation_context",)),
+               "the wrappers pass every argument after kv_cache_config through"),
+    Difference("_build_attention_metadata(max_num_sampled_tokens)", "0.28.0..",
+               _ev(V1 + "._build_attention_metadata", accepts=("max_num_sampled_tokens",)),
+               "passed through; the wrapper reads only num_reqs and num_scheduled_tokens"),
+)
+
+
+def need(symbol: str) -> Need:
+    """The one need declared for `symbol` (a function, attribute or class)."""
+    return next(n for n in NEEDS if n.symbol == symbol and n.kind != "call")
+
+
+def needs_for(version: str, who: tuple[str, ...] | None = None) -> list[Need]:
+    return [n for n in NEEDS if in_range(version, n.versions) and (who is None or n.who in who)]
