@@ -62,13 +62,18 @@ def test_sample_answer_chunk_holds_the_key_and_tag_parses(seed, index, kind, n_c
         return
     assert s.directive.chunks == tuple(sorted({c for _, c, _ in s.keys}))
     assert len(s.keys) == (1 if kind == "single" else len(s.directive.chunks)) >= 1
+    distracted = 0
     for key, chunk, value in s.keys:
         assert (chunk, key, value) in records
         assert f" C{chunk} {key} {value}." in s.prompt.chunks[chunk - 1]
         assert key in s.prompt.tail and f"{key} {value}" in s.answer
-        # Near-duplicate distractors of the key sit in other chunks.
         near = {T.KEY_WORDS[j] for j in T.NEAR[T.KEY_WORDS.index(key)]}
-        assert any(k in near and c != chunk for c, k, _ in records)
+        distracted += any(k in near and c != chunk for c, k, _ in records)
+    # Near-duplicate distractors sit in other chunks: always for the first key the generator
+    # places them for. A later key whose only near words were already placed as an earlier
+    # key's distractors may have none (seed 14, index 14: "top"'s one neighbour "boy" sits in
+    # its own chunk as "day"'s distractor), so the claim is "at least one", not "each".
+    assert distracted >= 1
 
 
 def test_mixture_has_locals_and_multis_as_minorities():
