@@ -106,7 +106,7 @@ def test_abort_mid_tag_warns_and_engine_goes_on(lab):
     state = lab.request_state(da_id)
     assert state.stream.buffer.startswith("<focus C3,C")
     assert state.events[-1]["kind"] == "aborted_mid_tag"
-    assert da_id not in [s.da_id for s in lab.hook.running()]   # state dropped
+    assert da_id not in [s.da_id for s in lab.session.running()]   # state dropped
     assert len(lab.requests[other]["token_ids"]) == 12
 
 

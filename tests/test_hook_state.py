@@ -7,7 +7,7 @@ from da_lab.core.layout import Layout
 from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
 from da_lab.hook.book import RequestBook
 from da_lab.hook.facts import EngineFacts
-from da_lab.hook.step import Step
+from da_lab.hook.plan import Batch, StepPlan, decide
 
 
 def tracker(tiny_model, script):
@@ -18,23 +18,53 @@ def tracker(tiny_model, script):
     return t, layout, extra
 
 
-def step(t, extra, outputs, seq_len, q):
+def step(t, extra, outputs, seq_len, q) -> StepPlan:
+    """One step of the book for request 'a' whose sampled tokens so far are `outputs` (the
+    copies that landed): advance, decide, commit, as Session.begin_step does."""
     rows = np.zeros((1, 16), dtype=np.int32)
-    s = Step(t.begin_step(), t, record_rows=True)
-    s.begin(["a"], [outputs], [extra], rows.__getitem__, np.array([seq_len]), np.array([q]))
-    return s
+    st = t.requests.get("a")
+    if st is not None:
+        st.captured.extend(outputs[len(st.captured):])
+    batch = Batch(("a",), np.array([seq_len]), np.array([q]), rows.__getitem__, (extra,),
+                  (None,))
+    index = t.begin_step()
+    n_events, detok = t.advance(batch)
+    plan, failed = decide(index, t, batch, True, n_events, detok)
+    t.commit(plan, failed)
+    return plan
+
+
+def forced(plan: StepPlan) -> list[tuple[int, int]]:
+    return [(p.row, p.forced_token) for p in plan.requests if p.forced_token is not None]
 
 
 def test_director_tokens_land_at_their_output_index(tiny_model):
     t, layout, extra = tracker(tiny_model, [[1, [7, 8, 9]]])
     P = layout.prompt_len
     d = step(t, extra, [], P, P)              # prefill samples output 0: nothing forced
-    assert d.forced == [] and d.sampling == [("a", 0)]
+    assert forced(d) == [] and [(p.req_id, p.row) for p in d.requests if p.samples] == \
+        [("a", 0)]
     outs = [5]
     for k, want in ((1, 7), (2, 8), (3, 9), (4, None)):
         d = step(t, None, outs, P + k, 1)     # decode step k samples output index k
-        assert d.forced == ([(0, want)] if want is not None else [])
+        assert forced(d) == ([(0, want)] if want is not None else [])
         outs.append(want or 5)
+
+
+def test_a_plan_is_a_value(tiny_model):
+    """The plan is frozen: nobody edits a decision after it is made (issue 54)."""
+    import dataclasses
+
+    import pytest
+
+    t, layout, extra = tracker(tiny_model, [[1, [7]]])
+    plan = step(t, extra, [], layout.prompt_len, layout.prompt_len)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.requests = ()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.requests[0].kept = None
+    with pytest.raises(ValueError):          # the kept array is read-only too
+        plan.requests[0].kept[0] = 9
 
 
 def test_tokens_the_hook_has_not_seen_are_counted(tiny_model):
@@ -128,10 +158,10 @@ def _drained_after(lag: int) -> list[list[int]]:
     book.requests = {"a": st}
     seen = []
     for s in range(4):
-        # The runners' own step start: drain, advance, decide (what step s may read).
-        session.begin_step(lambda step: seen.append(list(st.captured)))
+        # The runners' own step start: drain, advance, read the batch (what step s may read).
+        session.begin_step(lambda: seen.append(list(st.captured)), held={"a"})
         assert book.step_index == s
-        book.pending.append((s, [("a", 0)], torch.tensor([10 + s]), _Landed()))
+        book.queue_sampled(s, [("a", 0)], torch.tensor([10 + s]), _Landed())
     return seen
 
 

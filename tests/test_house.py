@@ -149,8 +149,8 @@ ROOM_ORDER = [("da_lab.core", "da_lab.outputs"), ("da_lab.versions",), ("da_lab.
 # What the code that drives an engine may import of the hook: its front door and the small
 # shared parts; the request book, the step, the metadata edit and the runners are the hook's
 # own.
-HOOK_DOORS = ("da_lab.hook", "da_lab.hook.session", "da_lab.hook.errors",
-              "da_lab.hook.counters")
+HOOK_DOORS = ("da_lab.hook", "da_lab.hook.session", "da_lab.hook.driver",
+              "da_lab.hook.errors", "da_lab.hook.counters")
 
 
 def _room(mod: str) -> int | None:

@@ -3,6 +3,7 @@ numbers it derives instead of storing, and one-line errors for malformed content
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -27,15 +28,17 @@ def request_steps(draw, req: str) -> RequestStep:
                                     max_size=total)), dtype=np.int32)
     kept = draw(st.none() | st.sets(st.integers(0, total - 1), min_size=1, max_size=total - 1)
                 .map(lambda s: np.array(sorted(s), dtype=np.int64))) if total > 1 else None
-    r = RequestStep(req, draw(st.integers(0, 63)), bs, seq, draw(st.integers(1, seq)),
-                    {"mode": draw(st.sampled_from(["global", "focus", "local"])),
-                     "chunks": [], "recent": None},
-                    draw(st.text(max_size=6)), draw(st.integers(0, 99)), draw(st.integers(0, 1)),
-                    [{"kind": "tag_trapped", "text": draw(st.text(max_size=8))}],
-                    staged if draw(st.booleans()) else None, kept)
+    args = (req, draw(st.integers(0, 63)), bs, seq, draw(st.integers(1, seq)),
+            {"mode": draw(st.sampled_from(["global", "focus", "local"])),
+             "chunks": [], "recent": None},
+            draw(st.text(max_size=6)), draw(st.integers(0, 99)), draw(st.integers(0, 1)),
+            [{"kind": "tag_trapped", "text": draw(st.text(max_size=8))}],
+            staged if draw(st.booleans()) else None, kept)
+    r = RequestStep(*args)
     if draw(st.booleans()):     # the builder saw it: the same row, or (rarely) another one
         other = draw(st.none() | st.just(np.array([7, 7], dtype=np.int32)))
-        r.note_built(r.attn_seq_len, other if other is not None else r.kernel_row)
+        row = other if other is not None else r.kernel_row
+        r = RequestStep(*args, **RequestStep.built_fields(r.attn_seq_len, row, r.kernel_row))
     return r
 
 
@@ -75,10 +78,13 @@ def test_derived_numbers():
                     dtype=np.int32), kept_logical=np.array([0, 3]))
     assert (r.blocks_total, r.blocks_kept, r.attn_seq_len, r.blocks_read) == (4, 2, 36, 2)
     assert r.kernel_row.tolist() == [10, 13] and r.mode == "focus" and r.hooked
-    r.note_built(36, np.array([10, 13], dtype=np.int32))
-    assert r.built_row is None and r.read_row.tolist() == [10, 13]   # equal: not stored
-    r.note_built(36, np.array([10, 12], dtype=np.int32))
-    assert r.read_row.tolist() == [10, 12] and r.to_json()["built_row"] == [10, 12]
+    same = RequestStep.built_fields(36, np.array([10, 13], dtype=np.int32), r.kernel_row)
+    assert same["built_row"] is None                                  # equal: not stored
+    b = dataclasses.replace(r, **same)
+    assert b.built_seq_len == 36 and b.read_row.tolist() == [10, 13]
+    b = dataclasses.replace(r, **RequestStep.built_fields(36, np.array([10, 12], np.int32),
+                                                          r.kernel_row))
+    assert b.read_row.tolist() == [10, 12] and b.to_json()["built_row"] == [10, 12]
     g = RequestStep("b", 1, 32, 64, 64, {"mode": "global"})
     assert g.kept.tolist() == [0, 1] and g.blocks_read == 2 and "kept_logical" not in g.to_json()
     assert StepRecord(3, requests=[r, RequestStep("c")]).scheduled == [{"req": "a",

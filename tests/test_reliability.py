@@ -53,7 +53,7 @@ def test_stall_bad_requests_do_not_stop_a_good_one(lab):
     seed = lab.seed_prompt()
     solo = lab.add_request(seed, tags=[(2, "<local>")], max_tokens=16)
     lab.run()
-    vocab = lab.hook.vocab_size
+    vocab = lab.session.vocab_size
     assert vocab > 0
     layout = seed.layout.to_dict()
     bad = {"bad-layout": {"da_layout": {"block_size": 32}},
@@ -73,7 +73,7 @@ def test_stall_bad_requests_do_not_stop_a_good_one(lab):
     assert "vocabulary" in refused["bad-tok-high"] and "prompt_len" in refused["bad-len"]
     finished = {r.req for rec in recs for r in rec.requests if r.finished}
     assert set(bad) <= finished                     # they ran to their end as plain requests
-    assert lab.hook.entries()["tracker.refused"] == 0   # and left nothing behind
+    assert lab.session.entries()["tracker.refused"] == 0   # and left nothing behind
 
 
 def test_leak_per_request_state_returns_to_zero(lab):
@@ -83,7 +83,7 @@ def test_leak_per_request_state_returns_to_zero(lab):
     small = build_prompt(lab.encode, head, chunks, tail, filler_id=lab.encode("\n")[0],
                          bos_id=lab.tokenizer.bos_token_id, chunk_blocks=2)
     lab.keep_finished = 64
-    lab.hook.configure(keep_finished=64, keep_warnings=64)
+    lab.session.configure(keep_finished=64, keep_warnings=64)
     try:
         n = 0
         while n < 1000:
@@ -91,7 +91,7 @@ def test_leak_per_request_state_returns_to_zero(lab):
         gc.collect()
         assert set(per_request_entries(lab).values()) == {0}, per_request_entries(lab)
         assert len(lab.requests) == 64
-        assert lab.hook.entries()["tracker.finished_over_bound"] == 0
+        assert lab.session.entries()["tracker.finished_over_bound"] == 0
         # A reused id starts clean: no stale steering script is forced into it.
         lab.add_request(small, max_tokens=12, request_id="again")
         lab.steer("again", "<local 1>")
@@ -102,7 +102,7 @@ def test_leak_per_request_state_returns_to_zero(lab):
         assert not lab.request_state("again").ever_masked
     finally:
         lab.keep_finished = 256
-        lab.hook.configure(keep_finished=256, keep_warnings=256)
+        lab.session.configure(keep_finished=256, keep_warnings=256)
 
 
 def test_a_preemption_right_after_a_tags_close_is_flagged(lab):

@@ -33,11 +33,14 @@ def array_record(step: int) -> StepRecord:
     seq = 32 * len(row) - 5
     reqs = []
     for i in range(3):
-        r = RequestStep(f"r{i}", i, 32, seq, 1, {"mode": "focus", "chunks": [1], "recent": None},
-                        "", step, 0, [], row + i, kept)
-        r.note_built(r.attn_seq_len, row[kept] if i == 2 else (row + i)[kept])
-        r.set_output([7], "a\x00b ✓", False)
-        reqs.append(r)
+        args = (f"r{i}", i, 32, seq, 1, {"mode": "focus", "chunks": [1], "recent": None},
+                "", step, 0, [], row + i, kept)
+        plain = RequestStep(*args)
+        built = RequestStep.built_fields(plain.attn_seq_len,
+                                         row[kept] if i == 2 else (row + i)[kept],
+                                         plain.kernel_row)
+        reqs.append(RequestStep(*args, **built, new_token_ids=[7], new_text="a\x00b ✓",
+                                finished=False))
     md = Metadata(np.array([0, 1, 2, 3], dtype=np.int32), np.array([800, 801, 802], np.int32),
                   np.arange(3), (3, 64), 802, "CPU_ATTN", "CPUModelRunner")
     return StepRecord(step, 0.01, 5.0 + step, reqs,

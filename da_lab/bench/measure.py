@@ -19,7 +19,7 @@ def blocks_of(n_tokens: int, bs: int) -> int:
 
 
 class Measuring:
-    """Needs from the host class: spec, doc, engine, plugin, hook, recorder, counts,
+    """Needs from the host class: spec, doc, engine, driver, plugin, session, recorder, counts,
     num_blocks, tok_vocab, tag_ids, step(), hook_log(), left(), flush(), profile()."""
 
     def prompts(self, context: int, batch: int, length: int, layout) -> list[list[int]]:
@@ -199,12 +199,12 @@ class Measuring:
         for _ in range(1000):
             if not self.engine.has_unfinished_requests():
                 break
-            self.engine.step()
+            self.driver.step()          # not recorded, not counted
             if self.recorder is not None:
                 self.recorder.skipped_steps()
         if self.plugin:
             for r in da_ids:
-                self.hook.forget_script(r)
+                self.session.forget_script(r)
             self.hook_log()
 
     def timed_windows(self, steps: int, repeats: int) -> tuple[list[float], int, float]:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 class Recorder:
     """What `Lab.step()` does per step when recording (da_lab/engine/lab.py), with the one
-    record builder (`StepRecord.build`): collect the hook's log (staged rows: the worker runs
-    with record_rows), update the physical KV map (kvmap.KVTracker),
-    build the StepRecord and hand it to the trace writer, which encodes and compresses in a
-    child process (da_lab.trace.process.ProcessTraceWriter)."""
+    record builder (`EngineStep.record`): update the physical KV map (kvmap.KVTracker), build
+    the StepRecord (staged rows: the worker runs with record_rows) and hand it to the trace
+    writer, which encodes and compresses in a child process
+    (da_lab.trace.process.ProcessTraceWriter)."""
 
     def __init__(self, path: Path, core, runner, provenance: dict) -> None:
         from da_lab.engine import kvmap
@@ -29,24 +29,14 @@ class Recorder:
             skel = {"error": f"{type(e).__name__}: {e}"}
         self.writer = ProcessTraceWriter(path, header(provenance, skel,
                                                       self.kv.changes_from_empty()))
-        self.step_index = 0
         self.added: list[dict] = []
-        self.hook_log: list = []   # hook/step.Step
         self.seconds = 0.0
 
-    def on_step(self, outs, wall: float) -> None:
-        from da_lab.core.record import StepRecord
-        from da_lab.engine.lab import engine_outputs
-        from da_lab.hook.session import SESSION
-
+    def on_step(self, es) -> None:
+        """Record one engine step (hook/driver.EngineStep) as the Lab does."""
         t0 = time.perf_counter()
-        report = SESSION.after_step()
-        self.hook_log += report.steps
-        rec = StepRecord.build(self.step_index, wall, report.steps, engine_outputs(outs),
-                               self.added, report.warnings, kv=self.kv.update())
+        self.writer.write(es.record(self.added, kv=self.kv.update()))
         self.added = []
-        self.writer.write(rec)
-        self.step_index += 1
         self.seconds += time.perf_counter() - t0
 
     def skipped_steps(self) -> None:

@@ -45,6 +45,8 @@ class Child(Measuring):
         self.deadline = time.perf_counter() + float(spec.get("max_seconds") or 3600)
         self.doc = {"model": spec["model"], "mode": spec["mode"], "rows": [], "error": None}
         self.recorder = None
+        self.session = None
+        self.hook_steps: list = []
         self.counts: dict[str, int] = {}
         self.cached: dict[str, int] = {}
 
@@ -87,6 +89,7 @@ class Child(Measuring):
         from vllm import LLM
 
         from da_lab.engine import access
+        from da_lab.hook.driver import StepDriver
 
         self.cuda = self.torch.cuda.is_available()
         kwargs = dict(model=s["model_path"], tokenizer=s["model_path"], dtype=s["dtype"],
@@ -108,7 +111,7 @@ class Child(Measuring):
 
             register()                 # also loaded by vLLM when installed; idempotent
             SESSION.configure(record_rows=s["mode"] == "global_recording")
-            self.hook = SESSION        # the hook itself forces the director's tag tokens
+            self.session = SESSION        # the hook itself forces the director's tag tokens
         blocks = self.kv_blocks(self.torch)
         if blocks:
             kwargs["num_gpu_blocks_override"] = blocks
@@ -116,6 +119,8 @@ class Child(Measuring):
         self.llm = LLM(**kwargs)
         self.doc["engine_start_s"] = round(time.perf_counter() - t1, 2)
         self.engine = self.llm.llm_engine
+        # The one step loop; a stock engine (no plugin) has no hook to report.
+        self.driver = StepDriver(self.engine, self.session if self.plugin else None)
         self.core = access.engine_core(self.llm)
         self.runner = access.model_runner(self.llm)
         self.num_blocks = access.num_kv_blocks(self.llm)
@@ -155,7 +160,7 @@ class Child(Measuring):
         self.tok_vocab = tok.get_vocab_size()
         self.tok = tok
         self.tag_ids = {m: tok.encode(t, add_special_tokens=False).ids for m, t in TAGS.items()}
-        hook = getattr(self, "hook", None)
+        hook = getattr(self, "session", None)
         self.doc.update({
             "vllm": engine_name(), "device": device_name(torch), "runner": class_name(self.runner),
             "hook_runner": hook and hook.runner_class,
@@ -205,28 +210,25 @@ class Child(Measuring):
         return need if need * kv_block <= room * 0.95 else None
 
     def step(self) -> int:
-        t0 = time.perf_counter()
-        outs = self.engine.step()
+        """One engine step through the step driver (hook/driver.py); the new tokens."""
+        es = self.driver.step()
         n = 0
-        for o in outs:
-            k = len(o.outputs[0].token_ids) if o.outputs else 0
-            if o.request_id in self.counts:
-                self.counts[o.request_id] += k
-                if getattr(o, "num_cached_tokens", None):       # its first output says it
-                    self.cached.setdefault(o.request_id, o.num_cached_tokens)
+        for o in es.outputs:
+            k = len(o.token_ids)
+            if o.req in self.counts:
+                self.counts[o.req] += k
+                if o.num_cached_tokens:                 # its first output says it
+                    self.cached.setdefault(o.req, o.num_cached_tokens)
             n += k
+        self.hook_steps += es.steps
         if self.recorder is not None:
-            self.recorder.on_step(outs, time.perf_counter() - t0)
+            self.recorder.on_step(es)
         return n
 
     def hook_log(self) -> list:
-        if not self.plugin:
-            return []
-        steps = self.hook.after_step().steps
-        if self.recorder is not None:
-            log, self.recorder.hook_log = self.recorder.hook_log, []
-            return log + steps
-        return steps
+        """The hook's steps since the last call (empty for a stock engine)."""
+        log, self.hook_steps = self.hook_steps, []
+        return log
 
     def run(self) -> None:
         s = self.spec

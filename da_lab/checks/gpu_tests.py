@@ -193,7 +193,7 @@ def run_case(model: str, runner: str, graphs: str, max_tokens: int = 40,
     lab = Lab(path, num_blocks=160, max_model_len=2048, eager=(graphs != "full_and_piecewise"),
               **({"kv_cache_memory_bytes": 1 << 30} if cuda else {}))
     info = {"runner_class": lab.runner_class, "runner_ran": lab.runner_kind,
-            "cudagraph_mode": lab.graph_mode(), "backend": lab.hook.backend,
+            "cudagraph_mode": lab.graph_mode(), "backend": lab.session.backend,
             "engine_start_s": round(time.perf_counter() - t0, 1), "engine": lab.engine_name,
             "device": lab.device,
             "async_scheduling": bool(access.vllm_config(lab.llm).scheduler_config.async_scheduling)}

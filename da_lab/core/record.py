@@ -1,15 +1,18 @@
 """The step record: what one engine step did, from the hook to the trace and the widgets.
 
-One `StepRecord` per engine step, holding one `RequestStep` per request the step touched. One
-owner completes each hook `RequestStep`: the hook's `Step` (hook/step.py) creates it when the
-step begins, notes what the attention builder received on it and settles it; `StepRecord.build`
-then sets the engine's outputs and assembles the record once, with everything (the Lab, the
-server's trace, the bench's recorder); nothing patches it afterwards. Live or loaded from a
-trace, it is the same object.
+One `StepRecord` per engine step, holding one `RequestStep` per request the step touched. Every
+one of them is immutable (frozen dataclasses) and constructed once, complete: the hook's `Step`
+(hook/step.py) constructs each request's hook part when the step is settled, from its plan and
+what the attention builder received; `StepRecord.build` constructs the record's own
+`RequestStep`s with the engine's outputs added (`RequestStep.with_output`, a new object) and the
+record itself, once, with everything (the step driver hook/driver.py, for the Lab, the eval,
+the bench and the server's trace). Nothing is assigned afterwards. Live or loaded from a trace,
+it is the same object.
 
 Units: positions and lengths in tokens; rows and kept positions in blocks (`block_size` tokens
 each); `wall_s` in seconds, `hook_us` in microseconds. Rows are numpy arrays: physical block
-ids (int32, as vLLM's block table holds them) and logical block indices (int64).
+ids (int32, as vLLM's block table holds them) and logical block indices (int32 as the hook
+decides them live, int64 when read from a trace: compare by value).
 
 Only what can't be derived is stored: the staged row (logical -> physical, what vLLM prepared),
 the kept logical blocks (None: all of them), and the row/seq_len the builder received only where
@@ -20,7 +23,7 @@ and the field. Imports numpy only: a laptop replays a GPU run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from numbers import Real
 from typing import Any
 
@@ -42,6 +45,15 @@ ROW_DTYPE = np.int32      # physical block ids
 LOGICAL_DTYPE = np.int64  # logical block indices / token positions
 
 
+def _differing(row: np.ndarray | None, kernel: np.ndarray | None) -> np.ndarray | None:
+    """`row`, or None where it equals `kernel` (bytes compare fastest; the usual case, equal,
+    stores nothing)."""
+    if row is None:
+        return None
+    same = kernel is not None and row.dtype == kernel.dtype and row.tobytes() == kernel.tobytes()
+    return None if same else row
+
+
 def _list(a) -> list | None:
     return None if a is None else a.tolist() if isinstance(a, np.ndarray) else list(a)
 
@@ -53,7 +65,7 @@ def _equal(a: np.ndarray | None, b: np.ndarray | None) -> bool:
 
 
 # ---- the attention metadata bundle -----------------------------------------------------------
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class Metadata:
     """What the attention builder received for the whole batch (one per step)."""
     query_start_loc: np.ndarray     # int32, tokens: batch row i's queries are [q[i], q[i+1])
@@ -97,7 +109,7 @@ class Metadata:
 _HOOK_INTS = ("row", "block_size", "seq_len", "query_len")
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class RequestStep:
     """One request in one engine step. The hook fields are None for a request the hook does not
     track (no DA layout); the output fields are None when the step produced no output for it."""
@@ -177,18 +189,16 @@ class RequestStep:
         """The row the kernel read: the builder's when it differed, else kernel_row."""
         return self.built_row if self.built_row is not None else self.kernel_row
 
-    def note_built(self, seq_len: int, row: np.ndarray | None) -> None:
-        """What the attention builder received for this request (hook/step.Step.note_built)."""
-        self.built_seq_len = seq_len
-        if row is not None:
-            kernel = self.kernel_row
-            # Bytes compare fastest; the usual case (equal) stores nothing.
-            same = kernel is not None and row.dtype == kernel.dtype and \
-                row.tobytes() == kernel.tobytes()
-            self.built_row = None if same else row
+    @staticmethod
+    def built_fields(seq_len: int, row: np.ndarray | None, kernel_row: np.ndarray | None) -> dict:
+        """The `built_seq_len`/`built_row` keywords for what the attention builder received
+        for a request whose kernel row the hook computed as `kernel_row` (the builder's row is
+        stored only where it differs): hook/step.Step.settle constructs with them."""
+        return {"built_seq_len": seq_len, "built_row": _differing(row, kernel_row)}
 
-    def set_output(self, token_ids: list[int], text: str, finished: bool) -> None:
-        self.new_token_ids, self.new_text, self.finished = token_ids, text, finished
+    def with_output(self, token_ids: list[int], text: str, finished: bool) -> RequestStep:
+        """This request step with the engine's new tokens: a new RequestStep (StepRecord.build)."""
+        return replace(self, new_token_ids=list(token_ids), new_text=text, finished=finished)
 
     # ---- JSON -------------------------------------------------------------------------------
     def to_json(self, arrays: bool = False) -> dict:
@@ -217,14 +227,15 @@ class RequestStep:
             raise RecordError(f"{where(step, f'requests[{i}]')} is {type(d).__name__}, "
                               "not an object")
         c = f"requests[{i}]."
-        r = cls(typed_field(d, "req", (str,), step, c))
+        kw: dict = {}
         if "seq_len" in d or "mode" in d or "directive" in d:
-            _hook_fields(r, d, step, c, schema)
+            kw = _hook_fields(d, step, c, schema)
         if d.get("new_token_ids") is not None:
             toks = array_field(d, "new_token_ids", np.int64, step, c)
-            r.set_output(toks.tolist(), typed_field(d, "new_text", (str,), step, c, "") or "",
-                         bool(typed_field(d, "finished", (bool,), step, c, False)))
-        return r
+            kw.update(new_token_ids=toks.tolist(),
+                      new_text=typed_field(d, "new_text", (str,), step, c, "") or "",
+                      finished=bool(typed_field(d, "finished", (bool,), step, c, False)))
+        return cls(typed_field(d, "req", (str,), step, c), **kw)
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, RequestStep):
@@ -239,50 +250,50 @@ class RequestStep:
         return True
 
 
-def _hook_fields(r: RequestStep, d: dict, step: Any, c: str, schema: int) -> None:
-    """The hook's part of a request entry (schema 1 or 2) into `r`, checked."""
-    r.row, r.block_size, r.seq_len, r.query_len = (int_field(d, k, step, c) for k in _HOOK_INTS)
-    if r.block_size <= 0:
-        raise RecordError(f"{where(step, c + 'block_size')} is {r.block_size}, not > 0")
+def _hook_fields(d: dict, step: Any, c: str, schema: int) -> dict:
+    """The hook's part of a request entry (schema 1 or 2), checked: RequestStep's keywords."""
+    row, bs, seq, q = (int_field(d, k, step, c) for k in _HOOK_INTS)
+    if bs <= 0:
+        raise RecordError(f"{where(step, c + 'block_size')} is {bs}, not > 0")
     directive = typed_field(d, "directive", (dict,), step, c, None)
     if directive is None:           # schema-1 records written before directives were kept
         directive = {"mode": typed_field(d, "mode", (str,), step, c)}
-    r.directive = directive
-    r.tag_buffer = typed_field(d, "tag_buffer", (str,), step, c)
-    r.n_output_seen = int_field(d, "n_output_seen", step, c, 0)
-    r.tokens_unseen = int_field(d, "tokens_unseen", step, c, 0)
-    r.events = objects_field(d, "events", step, c)
-    r.staged_row = array_field(d, "staged_row", ROW_DTYPE, step, c)
+    staged = array_field(d, "staged_row", ROW_DTYPE, step, c)
     kept = array_field(d, "kept_logical", LOGICAL_DTYPE, step, c)
-    total = r.blocks_total
+    total = -(-seq // bs)
     if schema == 1:
         # Schema 1 stored all kept positions (also when nothing was hidden) and the derived
         # numbers; without kept_logical, attn_seq_len says whether blocks were hidden.
         if kept is not None and len(kept) == total:
             kept = None
-        elif kept is None and int_field(d, "attn_seq_len", step, c, r.seq_len) < r.seq_len:
+        elif kept is None and int_field(d, "attn_seq_len", step, c, seq) < seq:
             raise RecordError(f"{where(step, c + 'kept_logical')} is missing for a masked "
                               "request (a schema-1 record written without rows)")
     if kept is not None and len(kept) and (kept.min() < 0 or kept.max() >= total):
         raise RecordError(f"{where(step, c + 'kept_logical')} has blocks outside 0..{total - 1}")
-    if r.staged_row is not None and kept is not None and len(r.staged_row) < total:
-        raise RecordError(f"{where(step, c + 'staged_row')} has {len(r.staged_row)} blocks, "
-                          f"fewer than the {total} of seq_len {r.seq_len}")
-    r.kept_logical = kept
+    if staged is not None and kept is not None and len(staged) < total:
+        raise RecordError(f"{where(step, c + 'staged_row')} has {len(staged)} blocks, "
+                          f"fewer than the {total} of seq_len {seq}")
     part = array_field(d, "partial_logical", LOGICAL_DTYPE, step, c)
     if part is not None and (kept is None or not np.isin(part, kept).all()):
         raise RecordError(f"{where(step, c + 'partial_logical')} names blocks that are not kept")
-    r.partial_logical = part
     built = int_field(d, "built_seq_len", step, c, None)
-    row = array_field(d, "built_row", ROW_DTYPE, step, c)
-    if built is not None:
-        r.note_built(built, row)
-    elif row is not None:
-        r.built_row = row
+    built_row = array_field(d, "built_row", ROW_DTYPE, step, c)
+    if built is not None and built_row is not None and staged is not None:
+        # Stored only where it differed from the kernel row; a writer that stored an equal
+        # one reads back as not stored, as it was written live.
+        built_row = _differing(built_row, staged if kept is None else staged[kept])
+    return dict(row=row, block_size=bs, seq_len=seq, query_len=q, directive=directive,
+                tag_buffer=typed_field(d, "tag_buffer", (str,), step, c),
+                n_output_seen=int_field(d, "n_output_seen", step, c, 0),
+                tokens_unseen=int_field(d, "tokens_unseen", step, c, 0),
+                events=objects_field(d, "events", step, c), staged_row=staged,
+                kept_logical=kept, partial_logical=part, built_seq_len=built,
+                built_row=built_row)
 
 
 # ---- one engine step -------------------------------------------------------------------------
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class StepRecord:
     """Everything one engine step did. `to_json()` is exactly what a trace stores."""
     step: int                                            # the Lab's engine step index
@@ -328,12 +339,12 @@ class StepRecord:
     @classmethod
     def build(cls, step: int, wall_s: float, hook_steps=(), outputs=(), added=(),
               warnings=(), kv: dict | None = None) -> StepRecord:
-        """The one way a step's record is assembled (the Lab, the server's trace, the bench's
-        recorder): the hook's RequestSteps of the step (`hook_steps`: its logs, one per
-        metadata build, each with .requests, .hook_us, .metadata) with the engine's new
-        tokens set on them (`outputs`: (request id, token ids, text, finished) per request
-        that produced output; a request the hook does not track gets a RequestStep of its
-        own)."""
+        """The one way a step's record is assembled (hook/driver.EngineStep.record, for the
+        Lab, the bench's recorder and the server's trace): the hook's RequestSteps of the step
+        (`hook_steps`: its settled steps, one per model-runner step, each with .requests,
+        .hook_us, .metadata), each with the engine's new tokens (`outputs`: (request id, token
+        ids, text, finished) per request that produced output) as a new RequestStep; a request
+        the hook does not track gets a RequestStep of its own."""
         hook_us, metadata = 0.0, None
         by_req: dict[str, RequestStep] = {}
         for h in hook_steps:
@@ -343,9 +354,9 @@ class StepRecord:
                 by_req[r.req] = r
         for req, token_ids, text, finished in outputs:
             r = by_req.get(req)
-            if r is None:
-                r = by_req[req] = RequestStep(req)
-            r.set_output(list(token_ids), text, finished)
+            by_req[req] = (RequestStep(req, new_token_ids=list(token_ids), new_text=text,
+                                       finished=finished) if r is None
+                           else r.with_output(token_ids, text, finished))
         return cls(step, wall_s, hook_us, list(by_req.values()), kv=kv or {},
                    metadata=metadata, added=list(added), warnings=list(warnings))
 

@@ -22,24 +22,19 @@ from da_lab.engine.results import flag_requests, prune_finished, request_result
 from da_lab.models.tiny import build_tiny_model
 from da_lab.trace.format import header, provenance
 
-_live_lab: Lab | None = None
-
-
 def running_lab() -> Lab | None:
-    """The Lab this process runs now, if any (engine/one_lab.py reuses it)."""
-    return _live_lab
+    """The Lab this process runs now, if any (engine/one_lab.py reuses it): the driver the
+    hook's session holds (vLLM keeps one in-process engine per process). No session imported
+    yet means no Lab was started."""
+    import sys
+
+    session = sys.modules.get("da_lab.hook.session")
+    return None if session is None else session.SESSION.driver
 
 
 def start_key(model: str, **kwargs) -> str:
     """A Lab's start arguments as one comparable string."""
     return repr((str(Path(model).resolve()), sorted((k, repr(v)) for k, v in kwargs.items())))
-
-
-def engine_outputs(outs) -> list[tuple]:
-    """(request id, new token ids, new text, finished) per vLLM RequestOutput of a step: what
-    StepRecord.build sets on the step's RequestSteps."""
-    return [(o.request_id, o.outputs[0].token_ids, o.outputs[0].text, o.finished)
-            for o in outs]
 
 
 class Lab:
@@ -55,8 +50,7 @@ class Lab:
         unless `runner="v1"`. `engine_kwargs` go to `vllm.LLM` (e.g. async_scheduling,
         gpu_memory_utilization). `progress=True` prints one line while the engine starts
         (which phase, seconds so far) and the measured times when it is ready."""
-        global _live_lab
-        if _live_lab is not None:
+        if running_lab() is not None:
             raise RuntimeError("a Lab is already running in this process; call "
                                "lab.shutdown() on it first (vLLM keeps one engine per process "
                                "in in-process mode)")
@@ -86,7 +80,7 @@ class Lab:
             raise
         if self._progress is not None:
             self._progress.done(f"vLLM ready ({Path(self.model).name})")
-        _live_lab = self
+        self.session.hold(self)
 
     def _phase(self, name: str) -> None:
         if self._progress is not None:
@@ -103,6 +97,7 @@ class Lab:
             from vllm import LLM
 
             from da_lab.hook import register
+            from da_lab.hook.driver import StepDriver
             from da_lab.hook.session import SESSION
             from da_lab.versions.releases import engine_kwargs as release_kwargs
 
@@ -121,8 +116,8 @@ class Lab:
             eager = not cuda
         if cuda:
             engine_kwargs.setdefault("gpu_memory_utilization", 0.2)
-        self.hook = SESSION           # the one door to the DA hook (hook/session.py)
-        self.hook.configure(record_rows=record_rows)
+        self.session = SESSION           # the one door to the DA hook (hook/session.py)
+        self.session.configure(record_rows=record_rows)
         self.block_size = block_size
         self.requested_runner = runner
         self.eager = eager
@@ -138,6 +133,7 @@ class Lab:
         self.tokenizer = self.llm.get_tokenizer()
         self.num_blocks = num_blocks
         self.step_index = 0
+        self._driver = StepDriver(self.engine, self.session)
         # Per request: prompt, tokens, text, finished, flags. Finished (and aborted) ones are
         # kept as a history of the last `keep_finished`, oldest dropped first; running ones
         # always stay.
@@ -153,7 +149,7 @@ class Lab:
             kind = self.runner_kind
             self.shutdown()
             raise RuntimeError(f"asked for the {runner} model runner but vLLM started the "
-                               f"{kind} one ({self.hook.runner_class})")
+                               f"{kind} one ({self.session.runner_class})")
 
     # ---- prompts and requests ------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -193,7 +189,7 @@ class Lab:
                            [[at, self.encode(text)] for at, text in tags] if tags else None)
         if tags:
             validate.check_tags(extra[EXTRA_DIRECTOR], max_tokens)
-        self.hook.forget_script(da_id)   # a reused id starts without the old request's steering
+        self.session.forget_script(da_id)   # a reused id starts without the old request's steering
         self.requests.pop(da_id, None)
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
                                 output_kind=RequestOutputKind.DELTA, extra_args=extra,
@@ -221,7 +217,7 @@ class Lab:
         plan = steer_plan.plan(self, da_id, tag)
         if not plan.ok:
             raise ValueError(plan.reason)
-        self.hook.steer(da_id, plan.at, plan.ids)
+        self.session.steer(da_id, plan.at, plan.ids)
         r = self.requests[da_id]
         r["forced"].update(range(plan.at, plan.at + len(plan.ids)))
         r["script"].append((plan.at, len(plan.ids), tag))
@@ -239,7 +235,15 @@ class Lab:
         if not r["finished"]:
             self.engine.abort_request([da_id])
             r["finished"] = True
-        self.hook.end(da_id)
+        self.session.end(da_id)
+
+    def forget_requests(self) -> None:
+        """Abort what still runs and forget every request: idle, as if just started (the
+        engine's step counter and its prefix cache stay: they are the engine's own)."""
+        for da_id, r in list(self.requests.items()):
+            if not r["finished"]:
+                self.abort(da_id)
+        self.requests.clear()
 
     def result(self, da_id: str) -> dict:
         """A request's outcome as the user should read it: tokens, text, whether it finished,
@@ -250,12 +254,10 @@ class Lab:
 
     # ---- stepping ------------------------------------------------------------------------
     def step(self) -> StepRecord:
-        """Run exactly one engine step and return its record."""
+        """Run exactly one engine step (the step driver, hook/driver.py) and return its
+        record."""
         self._alive()
-        t0 = time.perf_counter()
-        outs = self.engine.step()
-        wall = time.perf_counter() - t0
-        report = self.hook.after_step([o.request_id for o in outs if o.finished])
+        es = self._driver.step()
         if self.track_kv:
             kv = self._kv.update()
         else:
@@ -263,24 +265,32 @@ class Lab:
             self._kv.invalidate()
         # Built once, with everything: the hook's settled steps, the engine's outputs, the
         # requests added before it, the KV map's changes; never patched afterwards.
-        rec = StepRecord.build(self.step_index, wall, report.steps, engine_outputs(outs),
-                               self._added, report.warnings, kv=kv)
+        rec = es.record(self._added, kv)
         self._added = []
-        flag_requests(self.requests, report.warnings)
-        for o in outs:
-            c = o.outputs[0]
-            r = self.requests.get(o.request_id)
+        flag_requests(self.requests, es.warnings)
+        for o in es.outputs:
+            r = self.requests.get(o.req)
             if r is not None:
-                r["token_ids"] += list(c.token_ids)
-                if c.logprobs:
-                    r.setdefault("logprobs", []).extend(c.logprobs)
-                r["text"] += c.text
+                r["token_ids"] += list(o.token_ids)
+                if o.logprobs:
+                    r.setdefault("logprobs", []).extend(o.logprobs)
+                r["text"] += o.text
                 r["finished"] = o.finished
         prune_finished(self.requests, self.keep_finished)
-        self.step_index += 1
+        self.step_index = self._driver.index
         if self._writer is not None:
             self._writer.write(rec)
         return rec
+
+    def steps_until_done(self):
+        """Step the engine until it has no unfinished request, without records: one
+        hook/driver.EngineStep each (the eval and teacher forcing read them). The KV map
+        learns that steps went by unseen."""
+        self._alive()
+        for es in self._driver.until_done():
+            self.step_index = self._driver.index
+            self._kv.invalidate()
+            yield es
 
     def has_unfinished(self) -> bool:
         self._alive()
@@ -295,7 +305,7 @@ class Lab:
 
     def request_state(self, da_id: str):
         """The hook's state of a request (live or finished): events, mask history, text."""
-        return self.hook.request_state(da_id)
+        return self.session.request_state(da_id)
 
     def attention_cost(self, da_id: str) -> float | None:
         """The paper's decoding attention cost of a request so far: KV positions the kernel
@@ -304,16 +314,16 @@ class Lab:
 
     @property
     def runner_class(self) -> str:
-        return self.hook.runner_class
+        return self.session.runner_class
 
     @property
     def runner_kind(self) -> str:
         """'v2' for vLLM's V2 GPU model runner (v1/worker/gpu/), else 'v1'."""
-        return "v2" if ".worker.gpu.model_runner" in self.hook.runner_class else "v1"
+        return "v2" if ".worker.gpu.model_runner" in self.session.runner_class else "v1"
 
     @property
     def device(self) -> str:
-        return self.hook.device
+        return self.session.device
 
     @property
     def engine_name(self) -> str:
@@ -331,7 +341,7 @@ class Lab:
 
     def provenance(self) -> dict:
         return provenance(vllm=self.engine_name, device=self.device, model=self.model,
-                          runner=self.runner_class, backend=self.hook.backend,
+                          runner=self.runner_class, backend=self.session.backend,
                           block_size=self.block_size, num_blocks=self.num_blocks,
                           runner_kind=self.runner_kind,
                           graphs="eager" if self.eager else self.graph_mode())
@@ -375,7 +385,6 @@ class Lab:
             self._shutdown_engine()
 
     def _shutdown_engine(self) -> None:
-        global _live_lab
         import gc
 
         try:
@@ -383,10 +392,9 @@ class Lab:
         except Exception:   # noqa: BLE001 - best effort; the process may be exiting anyway
             pass
         self.llm = self.engine = None
-        self.hook.clear()
+        self.session.clear()
         gc.collect()
-        if _live_lab is self:
-            _live_lab = None
+        self.session.release(self)
 
     def __enter__(self) -> Lab:
         return self

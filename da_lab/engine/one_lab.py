@@ -27,12 +27,8 @@ def _key(model, kwargs: dict) -> str:
 
 
 def idle(lab: Lab) -> Lab:
-    """Abort what `lab` still runs and forget its finished requests: idle, as if just started
-    (the engine's step counter and its prefix cache stay: they are the engine's own)."""
-    for da_id, r in list(lab.requests.items()):
-        if not r["finished"]:
-            lab.abort(da_id)
-    lab.requests.clear()
+    """`lab` idle, as if just started (Lab.forget_requests)."""
+    lab.forget_requests()
     return lab
 
 

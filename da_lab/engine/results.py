@@ -43,6 +43,6 @@ def per_request_entries(lab) -> dict[str, int]:
     """Entries that must be 0 whenever no request runs: live per-request state anywhere, and
     finished histories beyond their bounds (tests and da_lab/bench/reliability/reliability.py count
     these)."""
-    return {**lab.hook.entries(),
+    return {**lab.session.entries(),
             "lab.running": sum(not r["finished"] for r in lab.requests.values()),
             "lab.requests_over_bound": max(0, len(lab.requests) - lab.keep_finished)}

@@ -82,7 +82,7 @@ def plan(lab, da_id: str, tag: str) -> SteerPlan:
         return SteerPlan(None, reason=f"no running request {da_id!r} to steer: it finished "
                                       f"({len(r['token_ids'])} of {r['max_tokens']} tokens)")
     layout = getattr(r["prompt"], "layout", None)
-    if layout is None or lab.hook.refused(da_id) or \
+    if layout is None or lab.session.refused(da_id) or \
             any(f["kind"] == "da_refused" for f in r["flags"]):
         # The director writes only into requests the hook tracks (a DA layout it accepted).
         return SteerPlan(None, reason=f"request {da_id!r} runs without DA (no layout, or the "

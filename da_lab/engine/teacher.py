@@ -40,14 +40,11 @@ def forced_argmax(lab, prompt: DAPrompt | list[int], tokens: list[int], *,
     lab.engine.add_request(request_id, {"prompt_token_ids": ids}, params)
     got: list[int] = []
     written: list[int] = []
-    while lab.engine.has_unfinished_requests():
-        for o in lab.engine.step():
-            if o.request_id == request_id:
-                c = o.outputs[0]
-                written += list(c.token_ids)
-                got += [top1(lp) for lp in (c.logprobs or [])]
-        lab.hook.discard_steps()         # these steps are not the Lab's to record
-    lab._kv.invalidate()     # the KV map changed in steps the Lab did not see
+    for es in lab.steps_until_done():    # not the Lab's records: nothing is recorded
+        for o in es.outputs:
+            if o.req == request_id:
+                written += list(o.token_ids)
+                got += [top1(lp) for lp in (o.logprobs or [])]
     if written != [int(t) for t in tokens] or len(got) != len(tokens):
         raise RuntimeError(f"teacher forcing: the engine wrote {len(written)} tokens with "
                            f"{len(got)} logprobs, not the {len(tokens)} forced ones")

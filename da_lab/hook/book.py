@@ -13,7 +13,9 @@ appears here: the runners hand it plain ids and arrays.
 from __future__ import annotations
 
 import logging
+import time
 
+from da_lab.core.mask import kept_blocks
 from da_lab.core.tags import Event, TagStream
 from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT, parse_layout
 from da_lab.hook import director, faults
@@ -75,20 +77,22 @@ class RequestBook:
             self.vocab_size = self.tokenizer.get_vocab_size()
         return self.tokenizer
 
-    def track(self, req_id: str, extra_args: dict | None,
-              prompt_len: int | None = None) -> RequestState | None:
-        """The request's DA state, built on first sight. A request whose layout or director
-        script is bad runs as a plain request: a `da_refused` warning says so, and one bad
-        request never stops the others (the error stays with it)."""
+    def track(self, req_id: str, extra_args: dict | None, prompt_len: int | None = None,
+              resumed=()) -> RequestState | None:
+        """The request's DA state, built on first sight (`resumed`: the outputs so far of a
+        request vLLM resumed after preemption, when the runner shows them). A request whose
+        layout or director script is bad runs as a plain request: a `da_refused` warning says
+        so, and one bad request never stops the others (the error stays with it)."""
         st = self.requests.get(req_id)
         if st is not None or not extra_args or EXTRA_LAYOUT not in extra_args \
                 or req_id in self.refused:
             return st
         try:
             st = self._new_state(req_id, extra_args, prompt_len)
-        except Exception as e:   # noqa: BLE001 - whatever broke, only this request pays
+        except Exception as e:   # noqa: BLE001 - a bad layout or script: only this request pays
             self.refuse(req_id, str(extra_args.get(EXTRA_ID, req_id)), e)
             return None
+        st.captured.extend(int(t) for t in resumed)
         self.requests[req_id] = st
         return st
 
@@ -207,7 +211,71 @@ class RequestBook:
         n = self.warnings_total - since_total
         return self.warnings[len(self.warnings) - n:] if n > 0 else []
 
+    # ---- a step: advance the requests, then record the plan -----------------------------------
+    def advance(self, batch) -> tuple[dict[str, int], float]:
+        """Bring the DA requests of `batch` (hook/plan.Batch) to this step: take a new one on at
+        first sight, feed each its sampled tokens (the tag machine), notice a recompute.
+        Returns where each request's events of this step start, and the seconds the
+        detokenizer and tag machines took. A request whose part fails is refused."""
+        n_events: dict[str, int] = {}
+        detok = 0.0
+        for i, req_id in enumerate(batch.req_ids):
+            ex = batch.extra_of(i)
+            st = self.track(req_id, ex, batch.prompt_len_of(i)) if ex is not None \
+                else self.requests.get(req_id)
+            if st is None:
+                continue
+            n_events[req_id] = len(st.events)
+            try:
+                t0 = time.perf_counter()
+                self.feed(st, st.captured)
+                detok += time.perf_counter() - t0
+                self._note_position(st, int(batch.seq_lens[i]), int(batch.query_lens[i]))
+            except Exception as e:   # noqa: BLE001 - a bug in one request's part: it alone pays
+                self.refuse(req_id, st.da_id, e)
+        return n_events, detok
+
+    def _note_position(self, st: RequestState, seq_len: int, q: int) -> None:
+        """Positions computed before are computed again: vLLM preempted the request and
+        recomputes it (in one prefill or in chunks, past whatever prefix stayed cached). The
+        recompute equals the first run only if no step of either hid a block. Its last
+        positions are new ones, which an uninterrupted run would have computed under the
+        directive; a recompute keeps every block its query touches, so a tag trapped but not
+        applied yet (its `>` sampled just before the preemption) counts, not just history."""
+        recompute = seq_len - q < st.max_seq_len
+        st.last_seq_len = seq_len
+        st.max_seq_len = max(st.max_seq_len, seq_len)
+        n_blocks = -(-seq_len // st.layout.block_size)
+        if recompute and not st.recomputing and (
+                st.ever_masked or len(kept_blocks(st.stream.directive, st.layout, seq_len, 1))
+                < n_blocks):
+            self.event(st, {"kind": "recompute_under_mask", "text": "",
+                            "detail": "the request is being recomputed (preempted?); its "
+                                      "KV is rebuilt under the current mask, not the "
+                                      "mask history, so its tokens may differ"})
+        st.recomputing = recompute
+
+    def commit(self, plan, failed=()) -> None:
+        """The step's plan (hook/plan.StepPlan) is made: refuse the requests whose part failed,
+        and add each planned request's step to its mask history."""
+        for req_id, da_id, err in failed:
+            self.refuse(req_id, da_id, err)
+        for p in plan.requests:
+            st = self.requests.get(p.req_id)
+            if st is None:
+                continue
+            # The kept array is shared with the decision cache (never written), so this is free.
+            st.mask_history.append((p.seq_len - p.query_len, p.seq_len,
+                                    p.kept if p.masked else None))
+            if p.masked:
+                st.ever_masked = True
+
     # ---- sampled tokens on their way to the tag machines --------------------------------------
+    def queue_sampled(self, step: int, rows: list[tuple[str, int]], host, event) -> None:
+        """Step `step`'s sampled tokens of the DA rows `rows` ((req_id, batch row) each), on
+        their way to the host (`host`, readable after the CUDA `event`, or now when None)."""
+        self.pending.append((step, rows, host, event))
+
     def drain(self, wait: bool = False) -> None:
         """Hand the sampled tokens the coming decision may read to their requests (in step
         order): those of every step up to `token_lag` steps before it (0 without async

@@ -1,6 +1,7 @@
-"""The DA edit itself, shared by both model runners: the backend's `MetadataBuilder.build`
-receives a CommonAttentionMetadata whose *read* path (block_table_tensor, seq_lens, max_seq_len
-and their CPU copies) covers only the kept blocks. Slot mapping (the KV *writes*) is untouched.
+"""The DA edit itself (`KernelEdit`), shared by both model runners: the backend's
+`MetadataBuilder.build` receives a CommonAttentionMetadata whose *read* path
+(block_table_tensor, seq_lens, max_seq_len and their CPU copies) covers only the kept blocks.
+Slot mapping (the KV *writes*) is untouched.
 
 Every entry that builds attention metadata, and what happens there:
   build                          the DA edit (both runners, eager and CUDA graphs)
@@ -46,39 +47,62 @@ def _cpu_copy(t, n: int, new_seq: np.ndarray):
     return torch.from_numpy(a)
 
 
-def apply(cm, step, fields: dict):
-    """The CommonAttentionMetadata the builder should see for `step`'s decision (a
-    `step.Step`: rows, kepts, new_seq; on CUDA it keeps what `restore` puts back). `fields`:
-    how each CommonAttentionMetadata field follows the kernel rows (versions/cm_fields.py)."""
-    rows, kepts, new_seq = step.rows, step.kepts, step.new_seq
-    src = cm.block_table_tensor
-    n = len(new_seq)
-    out = copy.copy(cm)      # shallow, as vLLM itself copies it per KV-cache group
-    if src.device.type == "cpu":
-        # Copy-on-write; numpy copies + from_numpy are microseconds instead of torch op chains.
-        src_np = src.numpy()
-        dst_np = src_np.copy()
-        for i, k in zip(rows, kepts, strict=True):
-            dst_np[i, : len(k)] = src_np[i, k]
-        seq_np = cm.seq_lens.numpy().copy()
-        seq_np[:n] = new_seq[: len(seq_np)]
-        out.block_table_tensor, out.seq_lens = torch.from_numpy(dst_np), torch.from_numpy(seq_np)
-    elif step.applied != src.data_ptr():
-        # In place (CUDA graphs read these addresses): one gather for all masked rows.
-        dev = src.device
-        r = torch.as_tensor(np.asarray(rows, dtype=np.int64)).pin_memory().to(dev,
-                                                                              non_blocking=True)
-        idx = torch.from_numpy(_gather_index(kepts)).pin_memory().to(dev, non_blocking=True)
-        src[r, : idx.shape[1]] = src[r].gather(1, idx)
-        seq = cm.seq_lens
-        saved = seq[r].clone()
-        vals = torch.from_numpy(new_seq[np.asarray(rows)].astype(np.int64))
-        seq[r] = vals.pin_memory().to(dev, non_blocking=True).to(seq.dtype)
-        step.applied = src.data_ptr()
-        step.restore = (seq, r, saved)
-    out.max_seq_len = int(new_seq[: cm.num_reqs].max())
-    _follow(cm, out, n, new_seq, fields)
-    return out
+class KernelEdit:
+    """The one owner of a step's kernel-row edit and its undo. Made from the step's plan
+    (hook/plan.StepPlan: masked rows, kept blocks, the shortened seq_lens); `apply` gives the
+    builder its CommonAttentionMetadata, `undo` puts back what the runner owns (CUDA)."""
+
+    def __init__(self, plan, fields: dict) -> None:
+        masked = plan.masked
+        self.rows = [p.row for p in masked]
+        self.kepts = [p.kept for p in masked]
+        self.new_seq = plan.new_seq
+        self.fields = fields           # how each CommonAttentionMetadata field follows the rows
+        self._applied = None           # CUDA: the block-table address already edited in place
+        self._restore = None           # CUDA: (seq_lens, rows, saved values) to put back
+
+    def apply(self, cm):
+        """The CommonAttentionMetadata the builder should read: kernel rows, attention seq_lens
+        and every field derived from them; the slot mapping (the KV writes) untouched."""
+        rows, kepts, new_seq = self.rows, self.kepts, self.new_seq
+        src = cm.block_table_tensor
+        n = len(new_seq)
+        out = copy.copy(cm)      # shallow, as vLLM itself copies it per KV-cache group
+        if src.device.type == "cpu":
+            # Copy-on-write (on the CPU the committed row is the staged row); numpy copies +
+            # from_numpy are microseconds instead of torch op chains.
+            src_np = src.numpy()
+            dst_np = src_np.copy()
+            for i, k in zip(rows, kepts, strict=True):
+                dst_np[i, : len(k)] = src_np[i, k]
+            seq_np = cm.seq_lens.numpy().copy()
+            seq_np[:n] = new_seq[: len(seq_np)]
+            out.block_table_tensor = torch.from_numpy(dst_np)
+            out.seq_lens = torch.from_numpy(seq_np)
+        elif self._applied != src.data_ptr():
+            # In place (CUDA graphs read these addresses): one gather for all masked rows.
+            # Several builders may share the tensor: edited once.
+            dev = src.device
+            r = torch.as_tensor(np.asarray(rows, dtype=np.int64)).pin_memory().to(
+                dev, non_blocking=True)
+            idx = torch.from_numpy(_gather_index(kepts)).pin_memory().to(dev, non_blocking=True)
+            src[r, : idx.shape[1]] = src[r].gather(1, idx)
+            seq = cm.seq_lens
+            saved = seq[r].clone()
+            vals = torch.from_numpy(new_seq[np.asarray(rows)].astype(np.int64))
+            seq[r] = vals.pin_memory().to(dev, non_blocking=True).to(seq.dtype)
+            self._applied = src.data_ptr()
+            self._restore = (seq, r, saved)
+        out.max_seq_len = int(new_seq[: cm.num_reqs].max())
+        _follow(cm, out, n, new_seq, self.fields)
+        return out
+
+    def undo(self) -> None:
+        """Put back the seq_lens the runner owns once the forward that read ours is queued."""
+        if self._restore is not None:
+            seq, rows, saved = self._restore
+            seq[rows] = saved
+            self._restore = None
 
 
 def _follow(cm, out, n: int, new_seq: np.ndarray, fields: dict) -> None:
@@ -97,14 +121,6 @@ def _follow(cm, out, n: int, new_seq: np.ndarray, fields: dict) -> None:
             setattr(out, name, _cpu_copy(val, n, new_seq[:n] - q))
         elif how == "clear":
             setattr(out, name, None)
-
-
-def restore(step) -> None:
-    """Put back the seq_lens the runner owns once the forward that read ours is queued."""
-    if step.restore is not None:
-        seq, rows, saved = step.restore
-        seq[rows] = saved
-        step.restore = None
 
 
 def host_copies(tensors: list) -> tuple[list, object]:

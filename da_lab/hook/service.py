@@ -20,7 +20,9 @@ or from the API server's first "status" call.
 from __future__ import annotations
 
 import os
+import time
 
+from da_lab.core.engine_step import EngineStep
 from da_lab.hook import faults
 from da_lab.hook.counters import Counters, request_stats
 
@@ -47,6 +49,8 @@ class Service:
         self.trace_path: str | None = None
         self.rank = 0
         self._states: dict = {}           # req_id -> RequestState at the last step's end
+        self._traced = 0                  # trace records written (the records' step index)
+        self._t = time.perf_counter()     # when the last traced step ended
 
     def start(self) -> None:
         """Serve mode: step records only when traced (staged rows cost time at long contexts)."""
@@ -78,7 +82,7 @@ class Service:
         for log in report.steps:
             self.counters.add_step(log)
         if self.trace_path and report.steps:
-            self._trace(report.steps, report.warnings, view)
+            self._trace(report, view)
         live = b.requests
         self.counters.requests += sum(1 for r in live if r not in self._states)
         for req_id, st in self._states.items():
@@ -87,9 +91,11 @@ class Service:
         self._states = dict(live)
         self.counters.add_warnings(report.warnings + s.new_warnings())
 
-    def _trace(self, logs, warnings, view) -> None:
+    def _trace(self, report, view) -> None:
         """Rank 0 writes the trace (every rank sees the same requests); opened at the first
-        step with DA requests, when the engine's parts are known."""
+        step with DA requests, when the engine's parts are known. Each record is the same
+        `EngineStep` a Lab's step driver makes (hook/driver.py), built from this model step's
+        after-step report and the outputs the worker saw."""
         if self.trace is None:
             from da_lab.hook.trace import ServerTrace, tp_rank
 
@@ -97,7 +103,12 @@ class Service:
                 self.trace_path = None
                 return
             self.trace = ServerTrace(self.trace_path, self.session.book)
-        self.trace.write(logs, warnings, view)
+        now = time.perf_counter()
+        step = EngineStep(self._traced, round(now - self._t, 6),
+                          tuple(self.trace.outputs(report.steps)), tuple(report.steps),
+                          tuple(report.warnings))
+        self._t, self._traced = now, self._traced + 1
+        self.trace.write(step, view)
 
     # ---- what the API server asks ----------------------------------------------------------
     def rpc(self, op: str, *args):

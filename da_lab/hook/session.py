@@ -3,18 +3,18 @@
 the steps not yet reported, and per thread the step being run. Two kinds of caller use it:
 
 The runner wrappers (runners/), once per model-runner step:
-    step = SESSION.begin_step(decide, ...)   # drain sampled tokens, advance, Step.begin
-    cm = SESSION.build(common_prefix_len, cm) # the builder: Step.apply, Step.note_built
+    SESSION.begin_step(batch)                 # drain sampled tokens, advance the book, plan
+    cm = SESSION.build(common_prefix_len, cm) # the builder: Step.build (the kernel-row edit)
     SESSION.end_build()                       # v1: the builder must not edit again this step
     SESSION.after_sampling(sampled)           # Step.after_sampling
     SESSION.end_step(scheduler_output, ...)   # Step.finish; serve mode: the service's turn
 
-Code that drives an engine in this process (the Lab, the eval, the bench, the TP check):
-    from da_lab.hook.session import SESSION as hook
-    hook.configure(record_rows=True)
-    outs = engine.step()
-    report = hook.after_step()          # StepReport: what the hook did in that engine step
-    hook.end(request_id)                # the caller saw it finish, or aborted it
+Code that drives an engine in this process (the Lab, the eval, the bench, teacher forcing,
+the TP check) steps it through the one step driver (hook/driver.py), which calls
+    report = SESSION.after_step(ended)  # StepReport: what the hook did in that engine step
+and uses SESSION for the rest:
+    SESSION.configure(record_rows=True)
+    SESSION.end(request_id)             # the caller saw it finish, or aborted it
 
 `after_step` is the after-step sequence, once and in order: hand the step's sampled tokens to
 the tag machines (`RequestBook.drain`: under async scheduling one step late, the same on every
@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from da_lab.core.record import RequestStep
-from da_lab.hook import faults
 from da_lab.hook.book import RequestBook
 from da_lab.hook.errors import DAUnsupported
 from da_lab.hook.facts import EngineFacts
+from da_lab.hook.plan import Batch, StepPlan, decide
 from da_lab.hook.request import RequestState
 from da_lab.hook.service import Service, serving_env
 from da_lab.hook.step import Step
@@ -79,6 +80,8 @@ class Session:
                        "requests": 0}
         self._thread = _Running()
         self.service = Service(self)     # serve mode (`vllm serve`): service.py
+        # The driver that runs this process's in-process engine (a Lab): vLLM keeps one.
+        self.driver = None
         self._seen = self.book.warnings_total      # warnings already reported
 
     # ---- the engine's start ----------------------------------------------------------------
@@ -105,30 +108,66 @@ class Session:
         self.book.disabled = str(err)
 
     # ---- each model-runner step (the runner wrappers) --------------------------------------
-    def begin_step(self, decide, *args) -> Step | None:
-        """A model-runner step with real requests starts: hand the sampled tokens to the tag
-        machines, advance the hook's step, let the runner's `decide(step, *args)` begin it, and
-        make it this thread's step for the builder and sampler wrappers."""
+    def has_requests(self) -> bool:
+        """The book holds a DA request (the runners skip reading a batch when none can be)."""
+        return bool(self.book.requests)
+
+    def tracks(self, req_id: str) -> bool:
+        """Request `req_id` (vLLM's id) is one of the book's DA requests."""
+        return req_id in self.book.requests
+
+    def da_id_of(self, req_id: str) -> str | None:
+        st = self.book.requests.get(req_id)
+        return None if st is None else st.da_id
+
+    def take_on(self, req_id: str, extra_args: dict, resumed=()) -> None:
+        """A runner shows a request with a DA layout (the V2 runner, in add_requests): the book
+        takes it on; `resumed`: the outputs a request resumed after preemption brings back."""
+        self.book.track(req_id, extra_args, resumed=resumed)
+
+    def hook_error(self, where: str, err: Exception, req_ids=None) -> None:
+        """A runner adapter's part failed (book.hook_error: those requests run plain)."""
+        self.book.hook_error(where, err, req_ids)
+
+    def begin_step(self, read: Callable[..., Batch | None], *args, held=()) -> Step | None:
+        """A model-runner step with real requests starts: the requests the runner no longer
+        holds (`held`: the ids it holds) end, the sampled tokens go to the tag machines, the
+        hook's step advances, the runner's `read(*args)` reads the step's batch (None when it
+        can't hold a DA request), the book's requests are brought to it, the step's plan is
+        made (hook/plan.decide) and its Step becomes this thread's, for the builder and
+        sampler wrappers."""
         book = self.book
+        try:
+            book.forget_absent(held)
+        except Exception as e:   # noqa: BLE001 - a hook bug turns DA off, never the engine
+            book.hook_error("ending the requests the runner dropped", e)
         try:
             # Before the step advances: drain reads the tokens of steps up to token_lag before
             # the one that starts (after it, it would wait on the step still on the GPU).
             book.drain()
         except Exception as e:   # noqa: BLE001 - a hook bug turns DA off, never the engine
             book.hook_error("reading the sampled tokens", e)
-        step = Step(book.begin_step(), book, self.record_rows)
+        index = book.begin_step()
+        step = None
         try:
-            decide(step, *args)
+            batch = read(*args)
         except Exception as e:   # noqa: BLE001 - a hook bug turns DA off, never the engine
-            book.hook_error("the step's decision", e)
-            step.requests = []
-        if not step.requests:
-            step = None
-        else:
-            self.steps.append(step)
-            self.timing["decide_rewrite_s"] += step.decide_s
-            self.timing["detok_tags_s"] += step.detok_s
-            self.timing["requests"] += len(step.requests)
+            book.hook_error("reading the step's batch", e)
+            batch = None
+        if batch is not None:
+            try:
+                n_events, detok = book.advance(batch)
+                plan, failed = decide(index, book, batch, self.record_rows, n_events, detok)
+                book.commit(plan, failed)
+            except Exception as e:   # noqa: BLE001 - a hook bug turns DA off, never the engine
+                book.hook_error("the step's decision", e)
+                plan = StepPlan(index)
+            if plan.requests:
+                step = Step(plan, self.record_rows, self.cm_fields)
+                self.steps.append(step)
+                self.timing["decide_rewrite_s"] += plan.decide_s
+                self.timing["detok_tags_s"] += plan.detok_s
+                self.timing["requests"] += len(plan.requests)
         self._thread.step = self._thread.sampling = step
         return step
 
@@ -140,19 +179,15 @@ class Session:
             return cm
         t0 = time.perf_counter()
         try:
-            faults.check("build", (r.req for r in step.requests))
-            out = cm
-            if step.editing and step.masks:
-                if common_prefix_len:
-                    raise DAUnsupported("cascade attention (a shared prefix across the batch) "
-                                        "cannot be combined with DA masks; start the engine "
-                                        "with disable_cascade_attn=True")
-                out = step.apply(cm, self.cm_fields)
-            step.note_built(out, self.facts)
+            if step.editing and common_prefix_len:
+                raise DAUnsupported("cascade attention (a shared prefix across the batch) "
+                                    "cannot be combined with DA masks; start the engine "
+                                    "with disable_cascade_attn=True")
+            out = step.build(cm, self.facts)
             self.timing["apply_s"] += time.perf_counter() - t0
             return out
         except Exception as e:   # noqa: BLE001 - the step runs unmasked; the engine lives
-            self.book.hook_error("the metadata edit", e, step.reqs if step.editing else None)
+            self.book.hook_error("the metadata edit", e, step.req_ids if step.editing else None)
             step.finish()
             self._thread.step = None
             return cm
@@ -168,12 +203,12 @@ class Session:
     def editing(self) -> bool:
         """The builder is about to edit this step's metadata (update_block_table refuses)."""
         step = self._thread.step
-        return step is not None and step.editing and step.masks
+        return step is not None and step.editing
 
     def end_build(self) -> None:
         """The metadata is built: the builder must not edit again this step."""
         if self._thread.step is not None:
-            self._thread.step.editing = False
+            self._thread.step.close_build()
 
     def after_sampling(self, sampled) -> None:
         """Right after the sampler (Step.after_sampling); once per step."""
@@ -181,9 +216,9 @@ class Session:
         if step is None:
             return
         try:
-            step.after_sampling(sampled)
+            step.after_sampling(sampled, self.book)
         except Exception as e:   # noqa: BLE001 - only the step's DA requests pay
-            self.book.hook_error("after sampling", e, step.reqs)
+            self.book.hook_error("after sampling", e, step.req_ids)
 
     def end_step(self, scheduler_output=None, view=None) -> None:
         """The step's forward is queued: the runner's seq_lens are put back; in a server the
@@ -195,6 +230,17 @@ class Session:
             self.service.after_step(scheduler_output, view)
 
     # ---- configuration and what runs (the driver) ------------------------------------------
+    def hold(self, driver) -> None:
+        """`driver` (a Lab) runs this process's in-process engine from now on."""
+        if self.driver is not None and self.driver is not driver:
+            raise RuntimeError("another driver runs this process's engine; shut it down first")
+        self.driver = driver
+
+    def release(self, driver) -> None:
+        """`driver` shut its engine down."""
+        if self.driver is driver:
+            self.driver = None
+
     def configure(self, *, record_rows: bool | None = None, keep_finished: int | None = None,
                   keep_warnings: int | None = None) -> None:
         """record_rows: keep the staged rows and the metadata bundle in each record (what traces

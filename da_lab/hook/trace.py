@@ -18,10 +18,9 @@ What a worker can see, and so what a server trace holds, differs from a Lab's in
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-from da_lab.core.record import StepRecord
+from da_lab.core.engine_step import EngineOutput, EngineStep
 
 
 def tp_rank() -> int:
@@ -43,8 +42,6 @@ class ServerTrace:
         self._owners: dict[int, tuple[str, ...]] = {}
         self._seen: dict[str, tuple[int, int]] = {}    # da_id -> (tokens, text chars) written
         self._added: set[str] = set()
-        self._t = time.perf_counter()
-        self.step = 0
 
     def _open(self, view, block_size: int) -> None:
         from da_lab.trace.format import header, provenance
@@ -57,31 +54,35 @@ class ServerTrace:
         # No skeleton and no initial KV map: the worker has neither at hand.
         self.writer = ProcessTraceWriter(self.path, header(prov))
 
-    def write(self, logs: list, warnings: list[dict], view) -> None:
-        """One record of the step's hook `logs` (hook/step.Step) and the `warnings` raised in
-        it; `view()` gives what the runner shows (runners/common.RunnerView)."""
-        view = view()
-        reqs = [r for log in logs for r in log.requests]
-        if self.writer is None:
-            self._open(view, reqs[0].block_size)
-        now = time.perf_counter()
+    def outputs(self, logs: list) -> list[EngineOutput]:
+        """What the worker can tell of the step's outputs: per DA request the tokens the tag
+        machine read at this step and the text they decoded to (`logs`: the hook's steps)."""
         by_id = {st.da_id: st for st in self.book.requests.values()}
-        added, outputs = [], []
-        for r in reqs:
+        out = []
+        for r in (r for log in logs for r in log.requests):
             st = by_id.get(r.req)
             if st is None:
                 continue
-            if r.req not in self._added:
+            n, c = self._seen.get(r.req, (0, 0))
+            out.append(EngineOutput(r.req, tuple(st.captured[n:st.n_seen]), st.text[c:], False))
+            self._seen[r.req] = (st.n_seen, len(st.text))
+        return out
+
+    def write(self, step: EngineStep, view) -> None:
+        """One record of `step` (core/engine_step.EngineStep: the hook's steps, the outputs the
+        worker saw, the warnings raised in it); `view()` gives what the runner shows
+        (runners/common.RunnerView)."""
+        view = view()
+        if self.writer is None:
+            self._open(view, step.requests[0].block_size)
+        by_id = {st.da_id: st for st in self.book.requests.values()}
+        added = []
+        for r in step.requests:
+            st = by_id.get(r.req)
+            if st is not None and r.req not in self._added:
                 self._added.add(r.req)
                 added.append(self._added_entry(st, view))
-            n, c = self._seen.get(r.req, (0, 0))
-            outputs.append((r.req, st.captured[n:st.n_seen], st.text[c:], False))
-            self._seen[r.req] = (st.n_seen, len(st.text))
-        rec = StepRecord.build(self.step, round(now - self._t, 6), logs, outputs, added,
-                               warnings, kv=self._kv(view))
-        self._t = now
-        self.step += 1
-        self.writer.write(rec)
+        self.writer.write(step.record(added, kv=self._kv(view)))
 
     def _added_entry(self, st, view) -> dict:
         """What the Lab writes when it adds a request: prompt length, max_tokens (where the

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 from da_lab.hook.counters import Counters
 
-_registered: list = []
-
 
 class DACollector:
     """A prometheus_client collector over the last counters fetched from the engine."""
@@ -95,10 +93,12 @@ class DACollector:
 
 
 def register(collector: DACollector) -> None:
-    """Put `collector` in prometheus_client's default registry (once per process)."""
+    """Put `collector` in prometheus_client's default registry, in place of an earlier
+    DACollector (an app made again in the same process). The registry is the one record of
+    what is registered: it is scanned the way vLLM's own unregister_vllm_metrics scans it."""
     from prometheus_client import REGISTRY
 
-    for old in _registered:
-        REGISTRY.unregister(old)
-    _registered[:] = [collector]
+    for old in list(getattr(REGISTRY, "_collector_to_names", {})):
+        if isinstance(old, DACollector):
+            REGISTRY.unregister(old)
     REGISTRY.register(collector)

@@ -23,7 +23,6 @@ RUN_VERIFIED = frozenset(
                         "0.32.0")}
     | {(GPU, "0.26.0")})
 SELFCHECK = "da-lab selfcheck"
-_warned: set[str] = set()
 
 
 def supported_range() -> str:
@@ -85,12 +84,12 @@ def engine_version() -> str | None:
 
 
 def apply_decision(version: str, distribution: str) -> None:
-    """At plugin load: raise for a refused version, warn once per process for a static one."""
+    """At plugin load (hook.register, once per process: the session says it installed):
+    raise for a refused version, warn for one checked statically only."""
     action, msg = load_decision(version, distribution)
     if action == "refuse":
         raise RuntimeError(msg)
-    if action == "warn" and msg not in _warned:
-        _warned.add(msg)
+    if action == "warn":
         logging.getLogger("da_lab.hook").warning(msg)
 
 

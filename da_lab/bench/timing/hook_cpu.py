@@ -66,14 +66,14 @@ def main():
                        ("plugin_local", [(0, "<local>")])):
         for _ in range(args.requests):
             lab.add_request(prompt, tags=tags, max_tokens=args.tokens)
-        t = lab.hook.timing
+        t = lab.session.timing
         before = dict(t)
         walls = []            # the same bare loop as the stock run: engine.step() only
         while lab.has_unfinished():
             t0 = time.perf_counter()
             lab.engine.step()
             walls.append(time.perf_counter() - t0)
-        lab.hook.discard_steps()
+        lab.session.discard_steps()
         n = t["requests"] - before["requests"]
         rows[name] = {
             "decode_step_ms": 1e3 * median_decode(walls),

@@ -47,7 +47,7 @@ def main():
         while lab.has_unfinished():
             if name == "engine_step":
                 lab.engine.step()
-                lab.hook.discard_steps()
+                lab.session.discard_steps()
             else:
                 lab.step()
             k += 1

@@ -23,6 +23,7 @@ import numpy as np
 
 from da_lab.core.wire import EXTRA_ID, EXTRA_LAYOUT
 from da_lab.hook.errors import DAUnsupported
+from da_lab.hook.plan import Batch
 from da_lab.hook.runners import live
 from da_lab.hook.runners.common import (
     RunnerView,
@@ -32,7 +33,6 @@ from da_lab.hook.runners.common import (
     wrap_initialize_kv_cache,
 )
 from da_lab.hook.session import SESSION
-from da_lab.hook.step import Step
 from da_lab.versions.needs import V1, need, needs_for
 from da_lab.versions.releases import supported_range
 
@@ -46,31 +46,27 @@ def _unknown_call(what: str) -> DAUnsupported:
         f"vLLM {supported_range()}, and would otherwise leave DA off silently")
 
 
-def _decide(step: Step, runner, num_reqs: int, num_scheduled_tokens: dict[str, int]) -> None:
-    """Begin `step` with this step's batch: its DA requests, their sampled tokens, rows and
-    lengths, read off the v1 runner."""
-    book = step.book
+def _batch(runner, num_reqs: int, num_scheduled_tokens: dict[str, int]) -> Batch | None:
+    """This step's batch read off the v1 runner: ids, lengths, staged rows, and the extra_args
+    and prompt length of requests seen for the first time (None when no request can be a DA
+    request: the book holds none and no new one carries a layout)."""
     ib = runner.input_batch
-    req_ids = ib.req_ids[:num_reqs]
-    book.forget_absent(runner.requests)
-    if not book.requests and not any(_extra(runner.requests[r]) for r in req_ids):
-        return
-    outputs, extra = [], []
+    req_ids = tuple(ib.req_ids[:num_reqs])
+    held = runner.requests
+    book_has = SESSION.has_requests()
+    extra, prompt_lens = [], []
     for req_id in req_ids:
-        rs = runner.requests[req_id]
-        ex = None if req_id in book.requests else _extra(rs)
-        if ex is not None:    # first sight: build its state, checked against the real prompt
-            n = len(rs.prompt_token_ids) if rs.prompt_token_ids is not None else None
-            ex = None if book.track(req_id, ex, n) is None else ex
-        known = req_id in book.requests
+        rs = held[req_id]
+        ex = None if SESSION.tracks(req_id) else _extra(rs)
         extra.append(ex)
-        # The hook's own copy of the sampled tokens (Step.after_sampling): the runner's
-        # output_token_ids are -1 placeholders under async scheduling.
-        outputs.append(book.requests[req_id].captured if known else ([] if ex else None))
+        prompt_lens.append(len(rs.prompt_token_ids) if ex is not None
+                           and rs.prompt_token_ids is not None else None)
+    if not book_has and not any(e is not None for e in extra):
+        return None
     seq = runner.optimistic_seq_lens_cpu[:num_reqs].numpy()
     q = np.fromiter((num_scheduled_tokens[r] for r in req_ids), dtype=np.int64, count=num_reqs)
     staged = ib.block_table[0].get_numpy_array()
-    step.begin(req_ids, outputs, extra, staged.__getitem__, seq, q)
+    return Batch(req_ids, seq, q, staged.__getitem__, tuple(extra), tuple(prompt_lens))
 
 
 def _extra(req_state):
@@ -87,7 +83,8 @@ def _wrap_build_attention_metadata(orig):
         if args or any(kwargs.get(k) is None for k in _STEP_KEYWORDS):
             raise _unknown_call("_build_attention_metadata was called without num_reqs= and "
                                 "num_scheduled_tokens= outside a dummy run")
-        SESSION.begin_step(_decide, self, kwargs["num_reqs"], kwargs["num_scheduled_tokens"])
+        SESSION.begin_step(_batch, self, kwargs["num_reqs"], kwargs["num_scheduled_tokens"],
+                           held=self.requests)
         try:
             return orig(self, *args, **kwargs)
         finally:

@@ -24,6 +24,7 @@ import functools
 import numpy as np
 
 from da_lab.core.wire import EXTRA_LAYOUT
+from da_lab.hook.plan import Batch
 from da_lab.hook.runners.common import (
     RunnerView,
     patch_methods,
@@ -32,21 +33,16 @@ from da_lab.hook.runners.common import (
     wrap_initialize_kv_cache,
 )
 from da_lab.hook.session import SESSION
-from da_lab.hook.step import Step
 
 _NO_BLOCKS = np.zeros(0, dtype=np.int32)
 
 
-def _decide(step: Step, runner, ib) -> None:
-    """Begin `step` with this step's batch, read off the V2 runner (DA requests were taken
-    on in add_requests, where their SamplingParams are visible)."""
-    book = step.book
-    book.forget_absent(runner.req_states.req_id_to_index)
-    if not book.requests:
-        return
+def _batch(runner, ib) -> Batch | None:
+    """This step's batch read off the V2 runner (DA requests were taken on in add_requests,
+    where their SamplingParams are visible); None when the book holds no DA request."""
+    if not SESSION.has_requests():
+        return None
     n = ib.num_reqs
-    req_ids = ib.req_ids[:n]
-    outputs = [book.requests[r].captured if r in book.requests else None for r in req_ids]
     seq = ib.seq_lens_cpu_upper_bound[:n].numpy()
     q = np.asarray(ib.num_scheduled_tokens[:n], dtype=np.int64)
     mirror = getattr(runner.block_tables, "_da_rows", {})
@@ -55,28 +51,26 @@ def _decide(step: Step, runner, ib) -> None:
     def staged(i: int):
         return mirror.get(int(idx[i]), _NO_BLOCKS)
 
-    step.begin(req_ids, outputs, [None] * n, staged, seq, q)
+    return Batch(tuple(ib.req_ids[:n]), seq, q, staged)
 
 
-def _track_new(new_reqs) -> None:
+def _take_on(new_reqs) -> None:
     for new in new_reqs:
         sp = new.sampling_params
         ex = sp.extra_args if sp is not None else None
         if ex and EXTRA_LAYOUT in ex:
-            st = SESSION.book.track(new.req_id, ex)
             # A request resumed after preemption comes back with its outputs so far.
             prefill = new.prefill_token_ids or ()
-            if st is not None and not st.captured and len(prefill) > len(new.prompt_token_ids):
-                st.captured.extend(prefill[len(new.prompt_token_ids):])
+            SESSION.take_on(new.req_id, ex, resumed=prefill[len(new.prompt_token_ids):])
 
 
 def _wrap_add_requests(orig):
     @functools.wraps(orig)
     def add_requests(self, scheduler_output):
         try:
-            _track_new(scheduler_output.scheduled_new_reqs)
+            _take_on(scheduler_output.scheduled_new_reqs)
         except Exception as e:   # noqa: BLE001 - DA off for them, never the engine
-            SESSION.book.hook_error("add_requests", e,
+            SESSION.hook_error("add_requests", e,
                                [n.req_id for n in scheduler_output.scheduled_new_reqs])
         return orig(self, scheduler_output)
     return add_requests
@@ -85,7 +79,8 @@ def _wrap_add_requests(orig):
 def _wrap_prepare_attn(orig):
     @functools.wraps(orig)
     def prepare_attn(self, input_batch):
-        SESSION.begin_step(_decide, self, input_batch)
+        SESSION.begin_step(_batch, self, input_batch,
+                           held=self.req_states.req_id_to_index)
         return orig(self, input_batch)
     return prepare_attn
 
@@ -113,7 +108,7 @@ def _wrap_append_block_ids(orig):
                 rows[req_index] = np.concatenate((rows[req_index], ids))
         except Exception as e:   # noqa: BLE001 - records lose this row, the engine goes on
             rows.pop(req_index, None)
-            SESSION.book.hook_error("append_block_ids (the row mirror)", e, [])
+            SESSION.hook_error("append_block_ids (the row mirror)", e, [])
         return orig(self, req_index, new_block_ids, overwrite)
     return append_block_ids
 
@@ -124,9 +119,9 @@ def request_blocks(runner) -> dict[str, tuple[int, ...]]:
     mirror = getattr(runner.block_tables, "_da_rows", {})
     out: dict[str, tuple[int, ...]] = {}
     for req_id, idx in runner.req_states.req_id_to_index.items():
-        st = SESSION.book.requests.get(req_id)
-        if st is not None and idx in mirror:
-            out[st.da_id] = tuple(int(b) for b in mirror[idx])
+        da_id = SESSION.da_id_of(req_id)
+        if da_id is not None and idx in mirror:
+            out[da_id] = tuple(int(b) for b in mirror[idx])
     return out
 
 

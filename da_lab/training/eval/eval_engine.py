@@ -91,19 +91,16 @@ def run_batch(lab, runs: list[Run], max_tokens: int) -> dict[str, RunOut]:
                                 output_kind=output_kind("FINAL_ONLY"), extra_args=extra)
         lab.engine.add_request(da_id, {"prompt_token_ids": list(run.prompt_ids)}, params)
         by_id[da_id], keys[da_id] = RunOut(), run.key
-    lab.hook.new_warnings()       # what the eval's runs raise, from here on
+    lab.session.new_warnings()       # what the eval's runs raise, from here on
     warnings: list[dict] = []
-    while lab.engine.has_unfinished_requests():
-        outs = lab.engine.step()
-        report = lab.hook.after_step([o.request_id for o in outs
-                                      if o.finished and o.request_id in by_id])
-        for r in report.requests:
+    for es in lab.steps_until_done():
+        for r in es.requests:
             if r.req in by_id:
                 by_id[r.req].rows.append(r)
-        warnings += report.warnings
-        for o in outs:
-            if o.finished and o.request_id in by_id:
-                by_id[o.request_id].text = o.outputs[0].text
+        warnings += es.warnings
+        for o in es.outputs:
+            if o.finished and o.req in by_id:
+                by_id[o.req].text = o.text
     for w in warnings:
         out = by_id.get(w.get("req")) if isinstance(w, dict) else None
         if out is not None and w.get("kind") not in out.flags:

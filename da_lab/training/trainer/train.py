@@ -1,7 +1,8 @@
 """Train the tiny Llama that writes its own DA tags (`python -m da_lab.training.trainer.train`).
 
 The model reads a DA prompt of the task in `da_lab.training.data.task` (scaffold, 12 one-block
-chunks of records, a question) and writes `<focus Ck>` / `<focus Ci,Cj>` / `<local>`, the answer, </s>.
+chunks of records, a question) and writes `<focus Ck>` / `<focus Ci,Cj>` / `<local>`, the
+answer, </s>.
 
     python -m da_lab.training.trainer.train --device cuda --seed 0 --steps 5000 --batch 128 \
         --workers 6 --time-budget-s 380 --out da_lab/assets/da-tiny-tags     # the shipped weights
