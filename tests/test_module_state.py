@@ -8,9 +8,9 @@ are constant tables by convention; no module rebinds a global (`global` statemen
 plan, its records and the engine step are frozen: assigning a field raises."""
 
 from __future__ import annotations
+import __future__
 
 import ast
-import __future__
 import dataclasses
 import importlib
 import logging

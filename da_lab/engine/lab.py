@@ -22,6 +22,7 @@ from da_lab.engine.results import flag_requests, prune_finished, request_result
 from da_lab.models.tiny import build_tiny_model
 from da_lab.trace.format import header, provenance
 
+
 def running_lab() -> Lab | None:
     """The Lab this process runs now, if any (engine/one_lab.py reuses it): the driver the
     hook's session holds (vLLM keeps one in-process engine per process). No session imported
