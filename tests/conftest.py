@@ -2,6 +2,8 @@ import os
 
 import pytest
 
+pytest_plugins = ["pytester"]  # test_hook_state runs the hook_error guard on inner tests
+
 # Before anything imports vLLM: offline, in-process engine, small CPU KV cache.
 # DA_LAB_MODEL: the hook's tests and the directed seed scenario need a model that writes no tags
 # of its own (the shipped default, da-tiny-tags, does: it would mask requests the tests expect
@@ -10,6 +12,29 @@ for k, v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
              "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
              "DA_LAB_MODEL": "da-tiny-v1"}.items():
     os.environ.setdefault(k, v)
+
+
+@pytest.fixture(autouse=True)
+def no_silent_hook_error(request):
+    """A hook bug turns DA off for the requests it touched and the engine steps on (a
+    `hook_error` warning): in a test that is a failure, not a quiet pass with DA off. A test
+    that provokes one on purpose says so with `@pytest.mark.hook_errors`. In-process engines
+    only (a server's worker reports its own, through /da/state and the warnings counter)."""
+    import sys
+
+    session = sys.modules.get("da_lab.hook.session")
+    before = session.SESSION.book.warnings_total if session is not None else 0
+    yield
+    session = sys.modules.get("da_lab.hook.session")
+    if session is None or request.node.get_closest_marker("hook_errors"):
+        return
+    book = session.SESSION.book
+    new = book.warnings_total - before
+    errors = [w for w in (book.warnings[-new:] if new > 0 else [])
+              if w.get("kind") == "hook_error"]
+    if errors:
+        pytest.fail("the DA hook failed in this test (DA went off silently): "
+                    + "; ".join(w.get("detail", "") for w in errors[:3]), pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -58,7 +83,8 @@ TIERS = {
              "test_packets", "test_bundle", "test_interfaces", "test_serve_units", "test_nl_paper",
              "test_eval_needle", "test_eval_rescore",
              "test_hook_state", "test_torch_source", "test_env_child",
-             "test_lab_files", "test_predict", "test_messages_fit", "test_reference_protocol"],
+             "test_lab_files", "test_predict", "test_messages_fit", "test_reference_protocol",
+             "test_module_state"],
     "engine": ["test_engine", "test_kvmap", "test_lab_trace", "test_steering", "test_refusals",
                "test_reliability", "test_selfcheck", "test_tp_cpu", "test_cli_messages",
                "test_bench", "test_bench_shared", "test_eval_ablations", "test_eval_prompts_engine",

@@ -2,6 +2,7 @@
 tokens, lag, bad token ids, faults ending a request."""
 
 import numpy as np
+import pytest
 
 from da_lab.core.layout import Layout
 from da_lab.core.wire import EXTRA_DIRECTOR, EXTRA_ID, EXTRA_LAYOUT
@@ -207,3 +208,31 @@ def test_a_fault_ending_a_request_by_its_da_id_refuses_it_alone(tiny_model, monk
     assert set(t.requests) == {"r2"} and "r2" not in t.refused
     refused = [w for w in report.warnings if w["kind"] == "da_refused"]
     assert [w["req"] for w in refused] == ["fault-after_step-1"]
+
+
+# ---- the suite's guard: a hook_error fails the test that did not ask for it -------------------
+@pytest.mark.hook_errors       # the inner tests raise theirs in this process's session
+def test_a_hook_error_fails_a_test_unless_it_is_expected(pytester):
+    """tests/conftest.py's autouse fixture, run on two inner tests: the hook's broad catches
+    keep the engine alive, so without it a hook bug would show only as DA quietly off."""
+    from pathlib import Path
+
+    pytester.makeconftest((Path(__file__).parent / "conftest.py").read_text())
+    pytester.makepyfile(test_inner='''
+        import pytest
+        from da_lab.hook.session import SESSION
+
+        def test_unexpected():
+            SESSION.book.hook_error("a step", RuntimeError("boom"), [])
+
+        @pytest.mark.hook_errors
+        def test_expected():
+            SESSION.book.hook_error("a step", RuntimeError("boom"), [])
+
+        def test_quiet():
+            pass
+    ''')
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=3, errors=1)      # the error: test_unexpected's teardown
+    assert "ERROR at teardown of test_unexpected" in result.stdout.str()
+    assert "DA went off silently" in result.stdout.str() and "boom" in result.stdout.str()

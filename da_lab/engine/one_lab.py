@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import inspect
 
-from da_lab.engine.lab import Lab, running_lab, start_key
+from da_lab.engine.lab import Lab
+from da_lab.engine.lab_start import running_lab, start_key
 from da_lab.models.tiny import build_tiny_model
 
 

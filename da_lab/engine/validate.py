@@ -116,22 +116,46 @@ def check_request_id(da_id, requests: dict) -> None:
         raise ValueError(f"request_id {da_id!r} is still running; abort it or pick another id")
 
 
-def precheck_model(path: str | Path) -> None:
-    """Refuse models the hook can't serve before paying for an engine start."""
+def model_config(path: str | Path) -> dict:
+    """A local model folder's config (its text config for a multimodal one)."""
     cfg_file = Path(path) / "config.json"
     if not cfg_file.exists():
         raise FileNotFoundError(f"{path}: no config.json; --model takes a local Hugging Face "
                                 "model folder (nothing is downloaded)")
     cfg = json.loads(cfg_file.read_text())
-    cfg = cfg.get("text_config", cfg)
+    return cfg.get("text_config", cfg)
+
+
+def _window_everywhere(cfg: dict) -> bool:
+    """Every layer has a sliding window (Mistral-style); Qwen2 configs carry a sliding_window
+    value but switch it off with use_sliding_window; layer_types name the sliding ones."""
+    sw = cfg.get("sliding_window")
+    if not sw or cfg.get("layer_types") or cfg.get("sliding_window_pattern"):
+        return False
+    if str(cfg.get("model_type", "")).startswith(("gemma2", "gemma3", "gemma4", "cohere2")):
+        return False          # interleaved local/global layers by the architecture itself
+    return bool(cfg.get("use_sliding_window", cfg.get("model_type") != "qwen2"))
+
+
+def is_hybrid(path: str | Path) -> bool:
+    """Global attention layers beside sliding-window or linear-attention ones (Gemma 3/4,
+    Qwen 3.5, Qwen3-Next): DA masks the global ones only."""
+    types = set(model_config(path).get("layer_types") or ())
+    return bool(types - {"full_attention"}) and "full_attention" in types
+
+
+def precheck_model(path: str | Path) -> None:
+    """Refuse models the hook can't serve before paying for an engine start (the hook checks
+    every layer again when vLLM builds the KV cache, by its real kind)."""
+    cfg = model_config(path)
     name = Path(path).name
     if cfg.get("kv_lora_rank") or cfg.get("q_lora_rank"):
         raise ValueError(f"{name}: MLA attention (kv_lora_rank) is not supported by the DA hook")
-    sw = cfg.get("sliding_window")
-    # Qwen2 configs carry a sliding_window value but switch it off with use_sliding_window.
-    if sw and cfg.get("use_sliding_window", cfg.get("model_type") != "qwen2"):
-        raise ValueError(f"{name}: sliding window attention (sliding_window={sw}) is not "
-                         "supported by the DA hook: hidden blocks and the window would fight")
-    if len(set(cfg.get("layer_types") or ["full_attention"])) > 1:
-        raise ValueError(f"{name}: mixed layer types {sorted(set(cfg['layer_types']))} need "
-                         "several KV-cache groups, which the DA hook does not support")
+    if _window_everywhere(cfg):
+        raise ValueError(f"{name}: every layer has a sliding window (sliding_window="
+                         f"{cfg['sliding_window']}) and none is global: DA masks global "
+                         "attention layers, so there is nothing for it to mask")
+    types = set(cfg.get("layer_types") or ["full_attention"])
+    if "full_attention" not in types:
+        raise ValueError(f"{name}: no global attention layer (layer_types {sorted(types)}): "
+                         "DA masks global attention layers, so there is nothing for it to mask")

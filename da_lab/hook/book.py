@@ -102,6 +102,11 @@ class RequestBook:
         if self.disabled:       # serving a model the hook refused (see hook/service.py)
             raise DAUnsupported(self.disabled)
         layout = parse_layout(extra_args[EXTRA_LAYOUT], prompt_len)
+        da_block = self.facts.da_block_size
+        if da_block and layout.block_size != da_block:
+            raise DAUnsupported(f"the layout's blocks are {layout.block_size} tokens, this "
+                                f"engine's global attention layers keep {da_block}-token "
+                                f"blocks: build the layout with block_size={da_block}")
         script = director.normalize(extra_args.get(EXTRA_DIRECTOR), self.tokenizer_now)
         director.check(script, self.facts.vocab_size)
         return RequestState(req_id, str(extra_args.get(EXTRA_ID, req_id)), layout,

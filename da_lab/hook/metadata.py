@@ -21,7 +21,7 @@ the forward is queued (the V2 sampler reads them; the next step rebuilds the blo
 
 from __future__ import annotations
 
-import copy
+import copy as _copy
 
 import numpy as np
 import torch
@@ -37,6 +37,14 @@ def _gather_index(kepts: list[np.ndarray]) -> np.ndarray:
         idx[r, : len(k)] = k
         idx[r, len(k):] = k[-1]
     return idx
+
+
+def _in_units(kept: np.ndarray, units: int) -> np.ndarray:
+    """Kept KV blocks as the kernel blocks of a row in `units`-per-block kernel blocks: kernel
+    block b * units + j is part j of KV block b (vLLM maps them so)."""
+    if units == 1:
+        return kept
+    return (np.asarray(kept, dtype=np.int64)[:, None] * units + np.arange(units)).reshape(-1)
 
 
 def _cpu_copy(t, n: int, new_seq: np.ndarray):
@@ -61,41 +69,72 @@ class KernelEdit:
         self._applied = None           # CUDA: the block-table address already edited in place
         self._restore = None           # CUDA: (seq_lens, rows, saved values) to put back
 
-    def apply(self, cm):
+    def apply(self, cm, units: int = 1, copy: bool = False):
         """The CommonAttentionMetadata the builder should read: kernel rows, attention seq_lens
-        and every field derived from them; the slot mapping (the KV writes) untouched."""
-        rows, kepts, new_seq = self.rows, self.kepts, self.new_seq
+        and every field derived from them; the slot mapping (the KV writes) untouched.
+        `units`: kernel blocks per kept block in the builder's rows. `copy`: new tensors even
+        on CUDA (a hybrid model: its other groups share the runner's seq_lens, and its
+        attention runs outside CUDA graphs); else on CUDA the edit is made in place, where the
+        captured graphs read."""
+        new_seq = self.new_seq
         src = cm.block_table_tensor
         n = len(new_seq)
-        out = copy.copy(cm)      # shallow, as vLLM itself copies it per KV-cache group
+        out = _copy.copy(cm)     # shallow, as vLLM itself copies it per KV-cache group
         if src.device.type == "cpu":
             # Copy-on-write (on the CPU the committed row is the staged row); numpy copies +
             # from_numpy are microseconds instead of torch op chains.
-            src_np = src.numpy()
-            dst_np = src_np.copy()
-            for i, k in zip(rows, kepts, strict=True):
-                dst_np[i, : len(k)] = src_np[i, k]
+            out.block_table_tensor = self.table(src, units)
             seq_np = cm.seq_lens.numpy().copy()
             seq_np[:n] = new_seq[: len(seq_np)]
-            out.block_table_tensor = torch.from_numpy(dst_np)
             out.seq_lens = torch.from_numpy(seq_np)
+        elif copy:
+            out.block_table_tensor = self.table(src, units)
+            seq = cm.seq_lens.clone()
+            r = self._device_rows(src.device)
+            seq[r] = self._device_seq(src.device, seq.dtype)
+            out.seq_lens = seq
         elif self._applied != src.data_ptr():
             # In place (CUDA graphs read these addresses): one gather for all masked rows.
             # Several builders may share the tensor: edited once.
             dev = src.device
-            r = torch.as_tensor(np.asarray(rows, dtype=np.int64)).pin_memory().to(
-                dev, non_blocking=True)
-            idx = torch.from_numpy(_gather_index(kepts)).pin_memory().to(dev, non_blocking=True)
+            r = self._device_rows(dev)
+            idx = self._device_index(dev, units)
             src[r, : idx.shape[1]] = src[r].gather(1, idx)
             seq = cm.seq_lens
             saved = seq[r].clone()
-            vals = torch.from_numpy(new_seq[np.asarray(rows)].astype(np.int64))
-            seq[r] = vals.pin_memory().to(dev, non_blocking=True).to(seq.dtype)
+            seq[r] = self._device_seq(dev, seq.dtype)
             self._applied = src.data_ptr()
             self._restore = (seq, r, saved)
         out.max_seq_len = int(new_seq[: cm.num_reqs].max())
         _follow(cm, out, n, new_seq, self.fields)
         return out
+
+    def table(self, src, units: int = 1):
+        """A copy of block table `src`, every masked row turned into its kernel row."""
+        if src.device.type == "cpu":
+            src_np = src.numpy()
+            dst_np = src_np.copy()
+            for i, k in zip(self.rows, self.kepts, strict=True):
+                k = _in_units(k, units)
+                dst_np[i, : len(k)] = src_np[i, k]
+            return torch.from_numpy(dst_np)
+        dst = src.clone()
+        r = self._device_rows(src.device)
+        idx = self._device_index(src.device, units)
+        dst[r, : idx.shape[1]] = src[r].gather(1, idx)
+        return dst
+
+    def _device_rows(self, dev):
+        return torch.as_tensor(np.asarray(self.rows, dtype=np.int64)).pin_memory().to(
+            dev, non_blocking=True)
+
+    def _device_index(self, dev, units: int):
+        idx = _gather_index([_in_units(k, units) for k in self.kepts])
+        return torch.from_numpy(idx).pin_memory().to(dev, non_blocking=True)
+
+    def _device_seq(self, dev, dtype):
+        vals = torch.from_numpy(self.new_seq[np.asarray(self.rows)].astype(np.int64))
+        return vals.pin_memory().to(dev, non_blocking=True).to(dtype)
 
     def undo(self) -> None:
         """Put back the seq_lens the runner owns once the forward that read ours is queued."""

@@ -27,19 +27,23 @@ query_len)`) and the row the kernel read.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from da_lab.core.record import RequestStep
+from da_lab.hook import account
 from da_lab.hook.book import RequestBook
 from da_lab.hook.errors import DAUnsupported
 from da_lab.hook.facts import EngineFacts
 from da_lab.hook.plan import Batch, StepPlan, decide
 from da_lab.hook.request import RequestState
-from da_lab.hook.service import Service, serving_env
+from da_lab.hook.service import Service
 from da_lab.hook.step import Step
+
+log = logging.getLogger("vllm.da_lab")
 
 
 @dataclass
@@ -80,6 +84,7 @@ class Session:
                        "requests": 0}
         self._thread = _Running()
         self.service = Service(self)     # serve mode (`vllm serve`): service.py
+        self._layer_group: dict = {}     # layer name -> its KV-cache group (facts.GroupFacts)
         # The driver that runs this process's in-process engine (a Lab): vLLM keeps one.
         self.driver = None
         self._seen = self.book.warnings_total      # warnings already reported
@@ -92,6 +97,7 @@ class Session:
     def learn(self, facts: EngineFacts) -> None:
         """What the runner told us (runners/common.note_runner), once per engine."""
         self.book.learn(facts)
+        self._layer_group = {layer: g for g in facts.groups for layer in g.layers}
 
     def note_installed(self) -> None:
         """register() patched vLLM in this process."""
@@ -101,10 +107,12 @@ class Session:
         self.cm_fields = dict(cm_fields)
 
     def refuse_model(self, err: DAUnsupported) -> None:
-        """At engine start: a Lab (or any non-serving engine) refuses the model; a server keeps
-        serving plain requests and says why DA is off."""
-        if not serving_env():
-            raise err
+        """At engine start, the hook can't serve this engine: DA is off in it, and it says why.
+        The engine runs on: the plugin is loaded into every vLLM process of the environment,
+        so it must never stop one nobody asked for DA. DA requests are refused with the reason
+        (`da_refused`; a server's edge answers 400), and the Lab refuses to start on it."""
+        if self.book.disabled is None:
+            log.warning("da_lab: DA is off in this engine: %s", err)
         self.book.disabled = str(err)
 
     # ---- each model-runner step (the runner wrappers) --------------------------------------
@@ -171,19 +179,32 @@ class Session:
         self._thread.step = self._thread.sampling = step
         return step
 
-    def build(self, common_prefix_len: int, cm):
-        """The builder wrapper's part: the metadata the builder gets. A failure here leaves the
-        step unmasked (its requests run plain from now on); the engine lives."""
+    def _group(self, builder):
+        """(the KV-cache group a builder serves, kernel blocks per KV block) or (None, 1)."""
+        names = getattr(builder, "layer_names", None) or ()
+        g = self._layer_group.get(names[0]) if names else None
+        if g is None:
+            return None, 1
+        return g, max(1, g.block_size // builder.kv_cache_spec.block_size)
+
+    def build(self, builder, common_prefix_len: int, cm):
+        """The builder wrapper's part: the metadata `builder` gets. Only a global group's rows
+        are edited; a sliding-window or state group's are read as vLLM builds them. A failure
+        here leaves the step unmasked (its requests run plain from now on); the engine
+        lives."""
         step = self._thread.step
         if step is None:
             return cm
         t0 = time.perf_counter()
         try:
+            group, units = self._group(builder)
+            if group is not None and not group.masked:
+                return cm
             if step.editing and common_prefix_len:
                 raise DAUnsupported("cascade attention (a shared prefix across the batch) "
                                     "cannot be combined with DA masks; start the engine "
                                     "with disable_cascade_attn=True")
-            out = step.build(cm, self.facts)
+            out = step.build(cm, self.facts, units)
             self.timing["apply_s"] += time.perf_counter() - t0
             return out
         except Exception as e:   # noqa: BLE001 - the step runs unmasked; the engine lives
@@ -191,6 +212,24 @@ class Session:
             step.finish()
             self._thread.step = None
             return cm
+
+    def reused_table(self, builder, block_table):
+        """update_block_table: vLLM reuses one group's metadata for another group of the same
+        kind with that group's block table; a global group's table gets the step's edit (the
+        reused metadata's seq_lens are edited already)."""
+        step = self._thread.step
+        if step is None or not step.editing:
+            return block_table
+        group, units = self._group(builder)
+        if group is None or not group.masked:
+            return block_table
+        try:
+            return step.edit_table(block_table, units)
+        except Exception as e:   # noqa: BLE001 - the step runs unmasked; the engine lives
+            # The reused metadata's seq_lens are edited already: no row of this step may run
+            # at all with a partial edit, so the error stops the step (vLLM raises it).
+            self.book.hook_error("the block-table edit of a reused group", e, step.req_ids)
+            raise
 
     def dummy_run(self, delta: int) -> None:
         """A runner's dummy run (profile, warm-up, graph capture) starts (+1) or ends (-1):
@@ -338,39 +377,13 @@ class Session:
 
     def entries(self) -> dict[str, int]:
         """Per-request entries that must be 0 whenever no request runs, and the bounded
-        histories' overflow (the leak checks count these)."""
-        b = self.book
-        return {"tracker.requests": len(b.requests), "tracker.refused": len(b.refused),
-                "tracker.pending_outputs": len(b.pending),
-                "tracker.scripts": len(b.scripts),
-                "tracker.finished_over_bound": max(0, len(b.finished) - b.keep_finished),
-                "tracker.warnings_over_bound": max(0, len(b.warnings) - b.keep_warnings)}
+        histories' overflow (the leak checks count these): hook/account.py."""
+        return account.entries(self.book)
 
     def rank_log(self) -> dict:
         """This worker's whole account, left as it is (the tensor-parallel check compares
-        ranks): who runs, the steps not yet reported, every DA request's events, mask history
-        and sampled tokens (also those still on their way to the tag machine), the warnings."""
-        b = self.book
-        for s in self.steps:     # step records whose host copies were in flight (CUDA)
-            s.settle()
-        pending: dict[str, list[int]] = {}
-        for _, rows, host, ev in b.pending:
-            if ev is not None:
-                ev.synchronize()
-            toks = host.tolist()
-            for req_id, i in rows:
-                pending.setdefault(req_id, []).append(int(toks[i]))
-        reqs = {st.da_id: {
-            "events": st.events,
-            "mask_history": [[int(a), int(c), None if k is None else [int(x) for x in k]]
-                             for a, c, k in st.mask_history],
-            "captured": [int(x) for x in st.captured] + pending.get(st.req_id, []),
-            "text": st.text} for st in list(b.finished.values()) + list(b.requests.values())}
-        f = self.facts
-        return {"hook_installed": self.installed, "runner_class": f.runner_class,
-                "backend": f.backend, "device": f.device,
-                "steps": [s.to_json() for s in self.steps], "requests": reqs,
-                "warnings": b.warnings}
+        ranks): hook/account.py."""
+        return account.rank_log(self)
 
     def clear(self) -> None:
         """The engine shut down: forget every request."""

@@ -42,6 +42,7 @@ class _Observed:
     shape: tuple = ()
     max_seq_len: int = 0
     event: object = None          # the CUDA event after which the copies are readable
+    units: int = 1                # kernel blocks per KV block in the builder's rows
 
 
 class Step:
@@ -91,20 +92,25 @@ class Step:
         return self._metadata
 
     # ---- the builder ----------------------------------------------------------------------
-    def build(self, cm, facts):
-        """The CommonAttentionMetadata the builder should read (the kernel-row edit, while the
-        step is open), and note what it reads, once per step even if several builders run."""
+    def build(self, cm, facts, units: int = 1):
+        """The CommonAttentionMetadata a global group's builder should read (the kernel-row
+        edit, while the step is open; `units`: kernel blocks per KV block of the builder's
+        rows), and note what it reads, once per step even if several builders run."""
         faults.check("build", self.plan.da_ids)
-        out = self._edit.apply(cm) if self.editing else cm
+        out = self._edit.apply(cm, units, copy=facts.hybrid) if self.editing else cm
         if self._observed is None:
-            self._observe(out, facts)
+            self._observe(out, facts, units)
         return out
+
+    def edit_table(self, block_table, units: int = 1):
+        """A global group's block table when vLLM reuses another global group's metadata."""
+        return self._edit.table(block_table, units)
 
     def close_build(self) -> None:
         """The metadata is built: the builder must not edit again this step."""
         self._open = False
 
-    def _observe(self, cm, facts) -> None:
+    def _observe(self, cm, facts, units: int) -> None:
         self._facts = facts
         if not self.record_rows:
             seq = cm.seq_lens.numpy().copy() if cm.seq_lens.device.type == "cpu" else None
@@ -112,11 +118,14 @@ class Step:
             return
         bt = cm.block_table_tensor
         n = cm.num_reqs
-        width = min(bt.shape[1], max(-(-p.seq_len // p.block_size) for p in self.plan.requests))
+        width = min(bt.shape[1], units * max(-(-p.seq_len // p.block_size)
+                                             for p in self.plan.requests))
         (rows, seq, slots), ev = host_copies(
-            [bt[:n, :width], cm.seq_lens[:n], cm.slot_mapping[: cm.num_actual_tokens]])
+            [bt[:n, :width:units], cm.seq_lens[:n], cm.slot_mapping[: cm.num_actual_tokens]])
+        # Kernel blocks b*units + j of KV block b: every units-th one, divided, is the row in
+        # the KV manager's blocks, the units the plan's kept blocks are in.
         self._observed = _Observed(seq, rows, slots, cm.query_start_loc_cpu.numpy().copy(),
-                                   tuple(bt.shape), int(cm.max_seq_len), ev)
+                                   tuple(bt.shape), int(cm.max_seq_len), ev, units)
 
     # ---- after sampling, finish, settle -----------------------------------------------------
     def after_sampling(self, sampled: torch.Tensor, book) -> None:
@@ -162,6 +171,8 @@ class Step:
             ob.event.synchronize()
         seq = None if ob is None or ob.seq is None else np.asarray(ob.seq)
         rows = None if ob is None or ob.rows is None else np.asarray(ob.rows)
+        if rows is not None and ob.units > 1:
+            rows = rows // ob.units
         reqs = []
         for p in self.plan.requests:
             kept = p.kept if p.masked else None

@@ -127,6 +127,9 @@ NEEDS: tuple[Need, ...] = (
     _n("v1", V1 + ".kv_cache_config", "attribute", why="a server trace's num_blocks"),
     _n("v1", "vllm.v1.worker.block_table:MultiGroupBlockTable.__getitem__"),
     _n("v1", "vllm.v1.worker.block_table:BlockTable.get_numpy_array"),
+    _n("v1", "vllm.v1.worker.block_table:BlockTable.blocks_per_kv_block", "attribute",
+       versions="0.26.0..0.31.0",
+       why="optional (getattr): the staged rows hold kernel blocks where those are smaller"),
     _n("v1", "vllm.v1.outputs:SamplerOutput.sampled_token_ids", "attribute"),
     _n("v1", "vllm.v1.worker.cpu_model_runner:CPUModelRunner.initialize_kv_cache", "call",
        callee="initialize_kv_cache",
@@ -160,7 +163,17 @@ NEEDS: tuple[Need, ...] = (
     _n("v2", "vllm.v1.core.sched.output:SchedulerOutput.scheduled_new_reqs", "attribute"),
     # metadata.py: the edit, on every backend's builder
     _n("metadata", BUILDER + ".build", first=("common_prefix_len", "common_attn_metadata")),
-    _n("metadata", BUILDER + ".update_block_table"),
+    _n("metadata", BUILDER + ".update_block_table",
+       first=("metadata", "blk_table", "slot_mapping")),
+    *(_n("metadata", f"{BUILDER}.{a}", "attribute",
+         why="which KV-cache group a builder serves, and its rows' kernel block size")
+      for a in ("layer_names", "kv_cache_spec")),
+    # common.py: the engine's KV-cache groups (hybrid models: only the global ones are edited)
+    *(_n("common", f"vllm.v1.kv_cache_interface:KVCacheGroupSpec.{a}", "attribute")
+      for a in ("layer_names", "kv_cache_spec")),
+    _n("common", "vllm.v1.kv_cache_interface:AttentionSpec.block_size", "attribute"),
+    _n("common", "vllm.v1.kv_cache_interface:SlidingWindowSpec.sliding_window", "attribute"),
+    _n("common", "vllm.config.compilation:CUDAGraphMode.has_full_cudagraphs"),
     _n("metadata", CM, "fields", why="every field is classified in versions/cm_fields.py"),
     # prefix_cache.py, service.py
     _n("prefix_cache", "vllm.v1.core.kv_cache_coordinator:KVCacheCoordinator.cache_blocks",

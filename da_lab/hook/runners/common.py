@@ -9,10 +9,10 @@ import functools
 from dataclasses import dataclass
 
 from da_lab.hook.errors import DAUnsupported
-from da_lab.hook.facts import EngineFacts
+from da_lab.hook.facts import EngineFacts, GroupFacts
 from da_lab.hook.runners import live
 from da_lab.hook.session import SESSION
-from da_lab.versions import cm_fields, releases
+from da_lab.versions import cm_fields, kv_specs, releases
 from da_lab.versions.needs import BUILDER, need, needs_for
 
 __all__ = ["DAUnsupported", "install", "check_specs", "check_groups", "check_kernel_blocks",
@@ -36,9 +36,9 @@ def install(version: str) -> None:
 
 
 def check_specs(vllm_config, specs: dict) -> None:
-    """Refuse, before any memory is planned, what one kernel row per request can't express."""
-    from vllm.v1.kv_cache_interface import FullAttentionSpec
-
+    """Refuse, before any memory is planned, what one kernel row per request and global layer
+    can't express. Layers of other kinds (sliding windows, recurrent state) are left as vLLM
+    builds them (versions/kv_specs.py); a layer the hook does not know is refused by name."""
     name = vllm_config.model_config.model
     if vllm_config.speculative_config is not None:
         raise DAUnsupported(f"{name}: speculative decoding is not supported by the DA hook "
@@ -54,31 +54,66 @@ def check_specs(vllm_config, specs: dict) -> None:
         raise DAUnsupported(f"{name}: pipeline parallelism: only the last stage samples tokens, "
                             "so earlier stages could not see the tags; the DA hook supports "
                             "tensor and data parallelism")
+    kinds = {}
     for layer, spec in specs.items():
-        if type(spec) is not FullAttentionSpec:
-            kind = type(spec).__name__
-            reason = ("MLA" if "MLA" in kind else "sliding window" if "Sliding" in kind
-                      else "not plain full attention")
-            raise DAUnsupported(f"{name}: layer {layer} has a KV cache of kind {kind} "
-                                f"({reason}); the DA hook serves plain full attention only")
+        kind, cls, why = kv_specs.spec_kind(spec)
+        if kind == kv_specs.REFUSED:
+            raise DAUnsupported(f"{name}: layer {layer} has a KV cache of kind {cls} ({why}); "
+                                "the DA hook masks global attention layers beside sliding-"
+                                "window and recurrent-state layers, and no other kind")
+        kinds[layer] = kind
+    if specs and kv_specs.FULL not in kinds.values():
+        raise DAUnsupported(f"{name}: no global attention layer (its layers are "
+                            f"{', '.join(sorted(set(kinds.values())))}): nothing for DA to mask")
+
+
+def group_facts(kv_cache_config) -> tuple[GroupFacts, ...]:
+    """Every KV-cache group as the hook sees it (facts.GroupFacts)."""
+    out = []
+    for i, g in enumerate(kv_cache_config.kv_cache_groups):
+        kind, cls, _ = kv_specs.spec_kind(g.kv_cache_spec)
+        out.append(GroupFacts(i, kind, cls, int(getattr(g.kv_cache_spec, "block_size", 0)),
+                              tuple(g.layer_names),
+                              getattr(g.kv_cache_spec, "sliding_window", None)))
+    return tuple(out)
 
 
 def check_groups(vllm_config, kv_cache_config) -> None:
-    groups = kv_cache_config.kv_cache_groups
-    if len(groups) != 1:
-        raise DAUnsupported(f"{vllm_config.model_config.model}: {len(groups)} KV-cache groups; "
-                            "the DA hook needs exactly one full-attention group")
+    """The global layers' groups must share one block size: a request's mask is one set of
+    hidden tokens for every global layer, never applied to some of them only."""
+    groups = group_facts(kv_cache_config)
+    sizes = {g.block_size for g in groups if g.masked}
+    name = vllm_config.model_config.model
+    if len(sizes) > 1:
+        raise DAUnsupported(f"{name}: its global attention layers sit in KV-cache groups of "
+                            f"different block sizes ({sorted(sizes)} tokens); the DA hook masks "
+                            "the same tokens in every global layer and needs one block size")
+    cg = vllm_config.compilation_config.cudagraph_mode
+    full_graphs = bool(cg is not None and getattr(cg, "has_full_cudagraphs", lambda: False)())
+    if any(not g.masked for g in groups) and full_graphs and \
+            not vllm_config.model_config.enforce_eager:
+        raise DAUnsupported(
+            f"{name}: a hybrid model (global layers beside {_others(groups)}) under FULL CUDA "
+            "graphs: its layers share one seq_lens buffer that the captured graph reads, so "
+            "the global layers could not read fewer blocks than the others; start with "
+            "cudagraph_mode PIECEWISE (attention outside the graphs; the Lab and `da-lab "
+            "serve` do) or enforce_eager")
+
+
+def _others(groups) -> str:
+    return " and ".join(sorted({g.kind for g in groups if not g.masked})) + " layers"
 
 
 def check_kernel_blocks(group, builder) -> None:
-    """Refuse a backend whose kernel blocks are smaller than the KV manager's blocks: vLLM then
-    maps each block to several kernel blocks (0.26-0.31 in the v1 BlockTable, 0.32+ in
-    AttentionGroup's kernel_block_table), and kept-block indices would be in the wrong units."""
+    """The builder's rows may be in kernel blocks smaller than the KV manager's (vLLM maps each
+    block to several: 0.26-0.31 in the v1 BlockTable, 0.32+ in AttentionGroup's
+    kernel_block_table): a kept block is then that many kernel blocks (KernelEdit), as long as
+    they divide it. The builder's build() must be the one the wrapper was written for."""
     manager, kernel = group.kv_cache_spec.block_size, builder.kv_cache_spec.block_size
-    if manager != kernel:
+    if manager % kernel:
         raise DAUnsupported(f"{group.backend.get_name()} runs on {kernel}-token kernel blocks "
-                            f"inside {manager}-token KV blocks; the DA hook needs them equal "
-                            f"(start with --block-size {kernel})")
+                            f"that don't divide the {manager}-token KV blocks; the DA hook "
+                            f"needs them to (start with --block-size {kernel})")
     why = live.signature_problem(type(builder).build, _BUILD)
     if why:
         raise DAUnsupported(f"{type(builder).__name__}.build {why}; the DA hook wraps "
@@ -90,15 +125,19 @@ def note_runner(runner, attn_groups) -> None:
     attention backend's builder."""
     backends = [g.backend.get_name() for groups in attn_groups for g in groups]
     sched = runner.vllm_config.scheduler_config
+    groups = group_facts(runner.kv_cache_config)
+    da_group = next((g.index for g in groups if g.masked), 0)
+    da_backends = [g.backend.get_name() for g in attn_groups[da_group]] if attn_groups else []
     SESSION.learn(EngineFacts(
         vllm=releases.engine_name(),
         runner_class=f"{type(runner).__module__}.{type(runner).__qualname__}",
-        device=runner.device.type, backend=backends[-1] if backends else "",
+        device=runner.device.type,
+        backend=da_backends[-1] if da_backends else backends[-1] if backends else "",
         tokenizer_path=runner.model_config.tokenizer,
         vocab_size=runner.model_config.get_vocab_size(),
-        token_lag=1 if sched.async_scheduling else 0))
-    for groups in attn_groups:
-        for g in groups:
+        token_lag=1 if sched.async_scheduling else 0, groups=groups))
+    for kv_groups in attn_groups:
+        for g in kv_groups:
             builder = g.get_metadata_builder()
             check_kernel_blocks(g, builder)
             patch_builder_class(type(builder))
@@ -113,7 +152,7 @@ def patch_builder_class(cls) -> None:
 
     @functools.wraps(orig)
     def build(self, common_prefix_len, common_attn_metadata, *args, **kwargs):
-        cm = SESSION.build(common_prefix_len, common_attn_metadata)
+        cm = SESSION.build(self, common_prefix_len, common_attn_metadata)
         return orig(self, common_prefix_len, cm, *args, **kwargs)
 
     build._da_wrapped = True
@@ -122,11 +161,11 @@ def patch_builder_class(cls) -> None:
         orig_ubt = cls.update_block_table
 
         @functools.wraps(orig_ubt)
-        def update_block_table(self, *args, **kwargs):
-            if SESSION.editing():
-                raise DAUnsupported("update_block_table reuses metadata across KV-cache groups, "
-                                    "bypassing the DA edit; the hook serves one group only")
-            return orig_ubt(self, *args, **kwargs)
+        def update_block_table(self, metadata, block_table, *args, **kwargs):
+            # Reuses another group's metadata with this group's block table (vLLM caches
+            # builds across groups of one spec): a global group's table gets the same edit.
+            return orig_ubt(self, metadata, SESSION.reused_table(self, block_table),
+                            *args, **kwargs)
 
         cls.update_block_table = update_block_table
 

@@ -65,8 +65,18 @@ def _batch(runner, num_reqs: int, num_scheduled_tokens: dict[str, int]) -> Batch
         return None
     seq = runner.optimistic_seq_lens_cpu[:num_reqs].numpy()
     q = np.fromiter((num_scheduled_tokens[r] for r in req_ids), dtype=np.int64, count=num_reqs)
-    staged = ib.block_table[0].get_numpy_array()
-    return Batch(req_ids, seq, q, staged.__getitem__, tuple(extra), tuple(prompt_lens))
+    return Batch(req_ids, seq, q, _staged(ib), tuple(extra), tuple(prompt_lens))
+
+
+def _staged(ib):
+    """Batch row -> its staged row in the global group's table, in KV-manager blocks (0.26-0.31
+    keep kernel blocks in it where those are smaller: block b is kernel blocks b*k .. b*k+k-1)."""
+    bt = ib.block_table[SESSION.facts.da_group]
+    rows = bt.get_numpy_array()
+    k = getattr(bt, "blocks_per_kv_block", 1)
+    if k == 1:
+        return rows.__getitem__
+    return lambda i: rows[i, ::k] // k
 
 
 def _extra(req_state):
@@ -114,13 +124,14 @@ def _wrap_sample(orig):
 
 
 def request_blocks(runner) -> dict[str, tuple[int, ...]]:
-    """{request name: physical block ids} of every request the v1 runner holds (its first, and
-    only, KV-cache group's)."""
+    """{request name: physical block ids} of every request the v1 runner holds (its global
+    KV-cache group's: the one DA edits)."""
     out: dict[str, tuple[int, ...]] = {}
     for req_id, rs in runner.requests.items():
         sp = rs.sampling_params
         name = str(((sp.extra_args if sp is not None else None) or {}).get(EXTRA_ID, req_id))
-        ids = rs.block_ids[0] if rs.block_ids else ()
+        g = SESSION.facts.da_group
+        ids = rs.block_ids[g] if rs.block_ids and len(rs.block_ids) > g else ()
         out[name] = tuple(int(b) for b in ids)
     return out
 

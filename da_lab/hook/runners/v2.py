@@ -101,7 +101,7 @@ def _wrap_append_block_ids(orig):
         # without a Python list -> array conversion per request per step.
         rows = self.__dict__.setdefault("_da_rows", {})
         try:
-            ids = np.asarray(new_block_ids[0], dtype=np.int32)
+            ids = np.asarray(new_block_ids[SESSION.facts.da_group], dtype=np.int32)
             if overwrite or req_index not in rows:
                 rows[req_index] = ids
             else:
