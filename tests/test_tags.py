@@ -244,8 +244,8 @@ def test_unknown_chunk_in_stream():
 @pytest.mark.parametrize(
     "text",
     ["<div>", "a<b", "a < 3 and b > 2", "<->", "<globalx>", "<glob>", "<<>>",
-     "<local\n>", "<global<", "<focus\n3>", "<", "<g", "x<foc", "<answer>42</answer>",
-     "</ focus>", "<focused>", "</globals>"],
+     "<global<", "<", "<g", "x<foc", "<answer>42</answer>", "< focus>", "</ x>",
+     "<focused>", "</globals>", "<local-", "<focus,2>", "</\nfoo>", "</ " + "\t" * 300],
 )
 def test_plain_text_no_events(text):
     s = TagStream()

@@ -58,17 +58,19 @@ valid_tags = st.one_of(
     paper_directives.map(lambda d: tag_text(d, "paper")),
     st.sampled_from(["<focus c1, C4-C6>", "<focus C2 - C5>", "<local  3 >", "<focus C13>",
                      "</focus>", "</local>", "</global>", "<focus 2, 5>", "<FOCUS chunk='3'>",
-                     "<answer>", "</answer>", "<focus magic_chunks=\"1\"/>"]),
+                     "<answer>", "</answer>", "<focus magic_chunks=\"1\"/>", "</ focus>",
+                     "<focus\r2>", "<local\f>", "</focus\r>"]),
 )
 malformed_tags = st.sampled_from(
     [
         "<global 3>", "<focus>", "<local 0>", "<focus C3-C1>", "<local 1000001>",
         "<focus C1\nC2>", "<focus C1<", "<focus " + "C1," * 30 + ">", "<local x", "<focus ,>",
         "<focus magic_chunks=\"\">", "<focus reason=\"x\">", "</focus x>", "<global a=\"1\">",
-        "<focus magic_chunks=\"2,,3\">", "<local/ >",
+        "<focus magic_chunks=\"2,,3\">", "<local/ >", "<focus\n2>", "</\nfocus>",
+        "</focus\v>", "<local\xa0>", "</focus\x00>",
     ]
 )
-noise = st.text(alphabet="<>abglocfusx CcC1234,-\n/é\x00 =\"'m_", max_size=12)
+noise = st.text(alphabet="<>abglocfusx CcC1234,-\n/é\x00 =\"'m_\r\f\v\xa0", max_size=12)
 streams = st.lists(st.one_of(valid_tags, malformed_tags, noise), max_size=12).map("".join)
 
 
@@ -83,25 +85,29 @@ def stream_and_splits(draw):
     return text, pieces
 
 
+RULES = st.sampled_from(["reference", "paper"])
+
+
 @SETTINGS
-@given(stream_and_splits(), st.sampled_from([None, 0, 12]), st.sampled_from([16, 64]))
-def test_split_invariance(data, n_chunks, max_tag_len):
+@given(stream_and_splits(), st.sampled_from([None, 0, 12]), st.sampled_from([16, 64]), RULES)
+def test_split_invariance(data, n_chunks, max_tag_len, rules):
     text, pieces = data
-    whole = TagStream(n_chunks=n_chunks, max_tag_len=max_tag_len)
+    kw = {"n_chunks": n_chunks, "max_tag_len": max_tag_len, "rules": rules}
+    whole = TagStream(**kw)
     expected = whole.feed(text)
-    split = TagStream(n_chunks=n_chunks, max_tag_len=max_tag_len)
+    split = TagStream(**kw)
     assert feed_all(split, pieces) == expected
-    assert split.directive == whole.directive
+    assert split.directive == whole.directive and split.stack == whole.stack
     assert split.buffer == whole.buffer and split.offset == whole.offset == len(text)
     # One char at a time is the most extreme split (and never takes the fast path mid-tag).
-    chars = TagStream(n_chunks=n_chunks, max_tag_len=max_tag_len)
+    chars = TagStream(**kw)
     assert feed_all(chars, text) == expected
 
 
 @SETTINGS
-@given(st.lists(st.text(), max_size=8), st.integers(8, 80))
-def test_fuzz_never_raises_and_buffer_bounded(pieces, max_tag_len):
-    s = TagStream(n_chunks=5, max_tag_len=max_tag_len)
+@given(st.lists(st.text(), max_size=8), st.integers(8, 80), RULES)
+def test_fuzz_never_raises_and_buffer_bounded(pieces, max_tag_len, rules):
+    s = TagStream(n_chunks=5, max_tag_len=max_tag_len, rules=rules)
     for p in pieces:
         s.feed(p)
         assert len(s.buffer) <= max_tag_len

@@ -87,14 +87,14 @@ class DAClient:
         return self._status
 
     def prompt(self, chunks: Sequence[str], question: str, *, system: str | None = None,
-               protocol: str = "card") -> DAPrompt:
+               protocol: str = "card", **paper) -> DAPrompt:
         """The DA prompt: the card's padded chunks, or protocol="paper" for the paper's
-        Magic Chunk prompt of unpadded spans (client/prompt.py)."""
+        Magic Chunk prompt of unpadded spans (client/prompt.py; `paper`: form, rules)."""
         from da_lab.client.prompt import build
 
         return build(self.tokenizer, list(chunks), question,
                      block_size=int(self.status["block_size"]), system=system,
-                     protocol=protocol)
+                     protocol=protocol, **paper)
 
     def ask(self, chunks: Sequence[str], question: str, *, system: str | None = None,
             protocol: str = "card", **kwargs) -> Reply:

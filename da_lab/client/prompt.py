@@ -1,7 +1,7 @@
 """A DA prompt built with a server's own tokenizer and chat template (vLLM's /tokenize and
 /detokenize routes), so the client needs neither the model's files nor transformers.
 
-Two formats, the ones the lab's trained models read:
+The card's protocol, in the formats the lab's trained models read:
   chat  (the model has a chat template, e.g. SmolLM2-DA): a system message saying how to tag,
         then the user message "Here are the documents.\\n" + chunks ("Document Ck: ...") +
         "Question: ...", as da_lab.training.data.nl_task builds its samples. The template's text
@@ -11,9 +11,21 @@ Two formats, the ones the lab's trained models read:
 Each section is tokenized on its own and padded to whole KV blocks with the tokenizer's "\\n"
 (core/layout.build_prompt), so chunk boundaries fall exactly on block boundaries; the client
 sends the token ids, never the text, so the server can't re-tokenize across them.
+
+The paper's protocol (protocol="paper"), in one of two forms (`form`):
+  tools  the paper's own rendering (§2.2): the context as a get_magic_chunk tool-call
+         transcript through the server's chat template (core/paper_tools.py), read by the
+         paper's rules; the default when that template declares tools (a probe render says)
+  plain  the reference's "Magic Chunk k:" text, in the chat frame when there is a template
+         (the system prompt as the system message), else after a BOS; read by the reference's
+         stack; the default otherwise
+Spans are exact: the server renders the transcript (with and without markers around the chunks),
+and the pieces between chunk edges are tokenized on their own.
 """
 
 from __future__ import annotations
+
+import json
 
 import httpx
 
@@ -49,6 +61,22 @@ class ServerTokenizer:
     def decode(self, ids: list[int]) -> str:
         return self._post("/detokenize", {"tokens": ids})["prompt"]
 
+    def render_chat(self, messages: list, tools: list | None) -> str:
+        """The server's chat template applied to `messages` (and `tools`), with the generation
+        prompt and thinking off, as text (core/paper_tools.Render)."""
+        msgs = [dict(m, tool_calls=[_wire_call(c) for c in m["tool_calls"]])
+                if m.get("tool_calls") else m for m in messages]
+        body = {"model": self.model, "messages": msgs, "add_generation_prompt": True,
+                "chat_template_kwargs": {"enable_thinking": False}}
+        if tools:
+            body["tools"] = tools
+        if self.chat_template is not None:
+            body["chat_template"] = self.chat_template
+        r = self.http.post(self.root + "/tokenize", json=body)
+        if r.status_code != 200:
+            raise ValueError(f"/tokenize (chat): HTTP {r.status_code}: {_message(r)}")
+        return self.decode(r.json()["tokens"])
+
     def chat_frame(self, system: str | None) -> tuple[str, str] | None:
         """(text before, text after) the user message in the rendered chat prompt, or None when
         the model has no chat template."""
@@ -69,6 +97,14 @@ class ServerTokenizer:
         return before, after
 
 
+def _wire_call(call: dict) -> dict:
+    """A tool call in the OpenAI wire form: its arguments as a JSON string (vLLM turns them
+    back into the dict a chat template reads)."""
+    f = call["function"]
+    args = f["arguments"] if isinstance(f["arguments"], str) else json.dumps(f["arguments"])
+    return dict(call, function=dict(f, arguments=args))
+
+
 def _message(r: httpx.Response) -> str:
     try:
         err = r.json().get("error")
@@ -78,12 +114,17 @@ def _message(r: httpx.Response) -> str:
 
 
 def build(tok: ServerTokenizer, chunks: list[str], question: str, *, block_size: int,
-          system: str | None = None, protocol: str = "card") -> DAPrompt:
-    """The DA prompt for `chunks` and `question` in the model's format (see the docstring)."""
+          system: str | None = None, protocol: str = "card", form: str | None = None,
+          rules: str | None = None) -> DAPrompt:
+    """The DA prompt for `chunks` and `question` in the model's format (see the docstring).
+    `form` and `rules`: the paper's protocol only (None: the tool transcript when the server's
+    chat template declares tools, else the plain text; each form's own rules)."""
     if not chunks:
         raise ValueError("a DA prompt needs at least one chunk")
     if protocol == "paper":
-        return _paper(tok, chunks, question, block_size, system)
+        return _paper(tok, chunks, question, block_size, system, form, rules)
+    if form is not None or rules is not None:
+        raise ValueError("form and rules belong to the paper's protocol (protocol='paper')")
     if protocol != "card":
         raise ValueError(f"protocol must be card or paper, not {protocol!r}")
     head_plain, system_default, intro = _defaults()
@@ -107,15 +148,20 @@ def build(tok: ServerTokenizer, chunks: list[str], question: str, *, block_size:
 
 
 def _paper(tok: ServerTokenizer, chunks: list[str], question: str, block_size: int,
-           system: str | None) -> DAPrompt:
-    from da_lab.core import paper
+           system: str | None, form: str | None, rules: str | None) -> DAPrompt:
+    from da_lab.core import paper, paper_tools
 
     system = system if system is not None else paper.SYSTEM_PROMPT
     frame = tok.chat_frame(system)
+    if paper_tools.choose_form(tok.render_chat if frame is not None else None, form) == "tools":
+        return paper_tools.tool_prompt(tok.render_chat, question, chunks, encode=tok.encode,
+                                       block_size=block_size, rules=rules or "paper",
+                                       system_prompt=system)
+    rules = rules or "reference"
     if frame is not None:           # the chat model's system message carries the system prompt
         return paper.paper_prompt(tok.encode, question, chunks, block_size=block_size,
-                                  system_prompt="", frame=frame)
+                                  system_prompt="", frame=frame, rules=rules)
     with_bos = tok.encode("", special=True)
     return paper.paper_prompt(tok.encode, question, chunks, block_size=block_size,
                               bos_id=with_bos[0] if len(with_bos) == 1 else None,
-                              system_prompt=system)
+                              system_prompt=system, rules=rules)

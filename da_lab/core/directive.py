@@ -8,11 +8,17 @@ import enum
 from dataclasses import dataclass
 
 __all__ = ["Mode", "Directive", "Closing", "EventKind", "Event", "tag_text", "DIALECTS",
-           "format_intervals"]
+           "RULES", "format_intervals"]
 
 # The design card's dialect ("card": <focus C3,C7>, <local N>) and the paper's (Ho et al. 2026,
 # arXiv 2609.02737: <focus magic_chunks="3,7">, closing tags). The tag machine reads both.
 DIALECTS = ("card", "paper")
+# How closing tags and <global> move the mode (docs/protocol.md, "Two rule sets"):
+#   reference  the reference implementation's: every DA tag opens a scope and a closing tag
+#              restores the directive in force when its tag opened (a stack); <global> is a mode
+#   paper      the paper's §2.3: an opening <focus>/<local> sets the mode, the matching closing
+#              tag reverts to GLOBAL, and <global>/</global> make no transition
+RULES = ("reference", "paper")
 
 
 class Mode(enum.StrEnum):

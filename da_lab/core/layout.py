@@ -22,6 +22,8 @@ from functools import cached_property
 
 import numpy as np
 
+from da_lab.core.directive import RULES
+
 BLOCK_SIZE = 32
 
 
@@ -45,8 +47,14 @@ class Layout:
     # The paper's chunks: token spans [start, end) of C1..Cn, in order, disjoint. Empty for the
     # card's whole-block chunks; set by from_spans, which derives head_blocks and chunk_blocks.
     spans: tuple[tuple[int, int], ...] = ()
+    # How the request's tag machine reads closing tags and <global> (directive.RULES): the
+    # reference's stack, or the paper's §2.3 rules. Protocol, not geometry, but it travels with
+    # the layout so that every door (Lab, server, trace) carries it.
+    rules: str = "reference"
 
     def __post_init__(self) -> None:
+        if self.rules not in RULES:
+            raise ValueError(f"rules must be one of {', '.join(RULES)}, not {self.rules!r}")
         if self.spans:
             self._check_spans()
         else:
@@ -75,7 +83,8 @@ class Layout:
             end = b
 
     @classmethod
-    def from_spans(cls, block_size: int, spans, prompt_len: int, hidden=()) -> Layout:
+    def from_spans(cls, block_size: int, spans, prompt_len: int, hidden=(),
+                   rules: str = "reference") -> Layout:
         """The paper's layout: chunk Ck is tokens [start, end) of the prompt, unpadded."""
         spans = tuple((int(a), int(b)) for a, b in spans)
         if not spans:
@@ -83,7 +92,7 @@ class Layout:
         head = spans[0][0] // block_size if block_size >= 1 else 0
         touched = tuple(-(-b // block_size) - a // block_size for a, b in spans) \
             if block_size >= 1 else ()
-        return cls(block_size, head, touched, prompt_len, tuple(hidden), spans)
+        return cls(block_size, head, touched, prompt_len, tuple(hidden), spans, rules)
 
     def at_block_size(self, block_size: int) -> Layout:
         """The same chunks on an engine whose KV blocks hold `block_size` tokens. The paper's
@@ -94,13 +103,14 @@ class Layout:
         if block_size < 1:
             raise ValueError(f"a block size must be at least 1, not {block_size}")
         if self.spans:
-            return Layout.from_spans(block_size, self.spans, self.prompt_len, self.hidden)
+            return Layout.from_spans(block_size, self.spans, self.prompt_len, self.hidden,
+                                     self.rules)
         if self.block_size % block_size:
             raise ValueError(f"the card's layout pads its chunks to {self.block_size}-token "
                              f"blocks, and {block_size} does not divide {self.block_size}")
         k = self.block_size // block_size
         return Layout(block_size, self.head_blocks * k, tuple(n * k for n in self.chunk_blocks),
-                      self.prompt_len, self.hidden)
+                      self.prompt_len, self.hidden, rules=self.rules)
 
     @property
     def unaligned(self) -> bool:
@@ -188,17 +198,21 @@ class Layout:
                  "chunk_blocks": list(self.chunk_blocks), "prompt_len": self.prompt_len}
         if self.hidden:
             d["hidden"] = list(self.hidden)
+        if self.rules != "reference":
+            d["rules"] = self.rules
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Layout:
         try:
             hidden = tuple(int(c) for c in d.get("hidden", ()))
+            rules = d.get("rules", "reference")
             if "chunk_spans" in d:
                 return cls.from_spans(int(d["block_size"]), d["chunk_spans"],
-                                      int(d["prompt_len"]), hidden)
+                                      int(d["prompt_len"]), hidden, rules)
             return cls(int(d["block_size"]), int(d["head_blocks"]),
-                       tuple(int(b) for b in d["chunk_blocks"]), int(d["prompt_len"]), hidden)
+                       tuple(int(b) for b in d["chunk_blocks"]), int(d["prompt_len"]), hidden,
+                       rules=rules)
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"not a DA layout: {d!r} ({e})") from None
 

@@ -1,5 +1,7 @@
-"""The paper's prompt (Ho et al. 2026, arXiv 2609.02737, Section 2.1 and Appendix F), built the
-way its reference implementation `declarative-attention` 0.0.8 builds it, without torch:
+"""The paper's prompt (Ho et al. 2026, arXiv 2609.02737, Section 2.1 and Appendix F) in its plain
+text form, built the way its reference implementation `declarative-attention` 0.0.8 builds it,
+without torch (the paper's own rendering, the context as a get_magic_chunk tool-call transcript
+through the model's chat template, is core/paper_tools.py; both share the segmenter here):
 
     <system prompt>
 
@@ -119,9 +121,12 @@ def format_prompt(question: str, context: str | Sequence[str], encode: Encode | 
 def paper_prompt(encode: Encode, question: str, context: str | Sequence[str], *,
                  block_size: int = BLOCK_SIZE, bos_id: int | None = None,
                  system_prompt: str = SYSTEM_PROMPT, instructions: str = INSTRUCTIONS,
-                 frame: tuple[str, str] = ("", "")) -> DAPrompt:
-    """The paper's prompt as a DAPrompt: token ids (a BOS first when given) and a Layout of
-    unpadded chunk spans. `encode` must not add special tokens; `frame` as in format_prompt."""
+                 frame: tuple[str, str] = ("", ""), rules: str = "reference") -> DAPrompt:
+    """The reference's plain-text form of the paper's prompt as a DAPrompt: token ids (a BOS
+    first when given) and a Layout of unpadded chunk spans, its tags read by `rules` (the
+    reference's stack by default). `encode` must not add special tokens; `frame` as in
+    format_prompt. The paper's own rendering, a tool-call transcript through the model's chat
+    template, is core/paper_tools.py."""
     chunks = segment_context(context, encode) if isinstance(context, str) else list(context)
     if not chunks:
         raise ValueError("the paper's prompt needs at least one document (Magic Chunk)")
@@ -131,6 +136,7 @@ def paper_prompt(encode: Encode, question: str, context: str | Sequence[str], *,
     empty = [k for k, (a, b) in enumerate(spans, start=1) if a == b]
     if empty:
         raise ValueError(f"Magic Chunk {empty[0]} is empty: give every chunk some text")
-    layout = Layout.from_spans(block_size, [(a + shift, b + shift) for a, b in spans], len(ids))
+    layout = Layout.from_spans(block_size, [(a + shift, b + shift) for a, b in spans], len(ids),
+                               rules=rules)
     return DAPrompt(layout, ids, system_prompt, tuple(chunks), question,
-                    {"protocol": "paper"})
+                    {"protocol": "paper", "form": "plain", "rules": rules})

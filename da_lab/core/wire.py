@@ -6,7 +6,9 @@ only be str / int / float or flat lists of them, so the nested parts travel as J
     "da_layout":   '{"block_size":32,"head_blocks":1,"chunk_blocks":[2,2,2],"prompt_len":230}'
                    or the paper's unpadded chunks, token spans [start, end) of the prompt:
                    '{"block_size":32,"chunk_spans":[[12,80],[80,151]],"prompt_len":230}'
-                   (Layout.to_dict(); "prompt_len" may be left out: the prompt's own length)
+                   (Layout.to_dict(); "prompt_len" may be left out: the prompt's own length;
+                   "rules": "paper" reads the tags by the paper's §2.3 rules, "reference" (the
+                   default) by the reference implementation's stack: docs/protocol.md)
     "da_director": '[[4, "<focus C2,C3>"], [16, "<global>"]]'
                    (output index -> tag text, or -> token ids; tags the director writes)
     "da_id":       the caller's name for the request (its DA stats are looked up by it)
@@ -21,14 +23,15 @@ from __future__ import annotations
 import json
 
 from da_lab.core.layout import Layout
-from da_lab.core.tags import Closing, Directive, parse_tag
+from da_lab.core.tags import RULES, Closing, Directive, parse_tag
 
 EXTRA_LAYOUT = "da_layout"      # SamplingParams.extra_args key: the Layout
 EXTRA_DIRECTOR = "da_director"  # [[output_index, [token ids]], ...] (wire: tag text allowed)
 EXTRA_ID = "da_id"              # the caller's request id (the worker sees an internal one)
-_LAYOUT_KEYS = {"block_size", "head_blocks", "chunk_blocks", "prompt_len", "hidden"}
-_SPAN_KEYS = {"block_size", "chunk_spans", "prompt_len", "hidden"}
-_OPTIONAL = {"prompt_len", "hidden"}      # hidden: chunks FOCUS never keeps (the eval's ablation)
+_LAYOUT_KEYS = {"block_size", "head_blocks", "chunk_blocks", "prompt_len", "hidden", "rules"}
+_SPAN_KEYS = {"block_size", "chunk_spans", "prompt_len", "hidden", "rules"}
+# hidden: chunks FOCUS never keeps (the eval's ablation); rules: how closing tags read
+_OPTIONAL = {"prompt_len", "hidden", "rules"}
 # Chunks one layout may name: far beyond any real prompt, and a bound on what a request costs.
 MAX_CHUNKS = 1 << 16
 # A wire value past this many characters is refused before it is parsed: a real layout of
@@ -104,7 +107,8 @@ def layout_fields(value, *, block_size: int | None = None):
         raise ValueError(f"{what}: " + "; ".join(
             ([f"unknown field(s) {', '.join(unknown)}"] if unknown else [])
             + ([f"missing field(s) {', '.join(missing)}"] if missing else []))
-            + f" (fields: {', '.join(sorted(keys))}; prompt_len and hidden are optional)")
+            + f" (fields: {', '.join(sorted(keys))}; prompt_len, hidden and rules are "
+              "optional)")
     bs = _int(d, "block_size", what)
     if block_size is not None and bs != block_size:
         raise ValueError(f"{what}.block_size is {bs} but the engine's KV blocks hold "
@@ -113,6 +117,10 @@ def layout_fields(value, *, block_size: int | None = None):
     if not isinstance(hidden, list):
         raise ValueError(f"{what}.hidden must be a list of chunk numbers, not {_short(hidden)}")
     hid = tuple(_int({"hidden": c}, "hidden", what) for c in hidden)
+    rules = d.get("rules", "reference")
+    if not isinstance(rules, str) or rules not in RULES:
+        raise ValueError(f"{what}.rules must be one of {', '.join(map(repr, RULES))}, not "
+                         f"{_short(rules)}")
     if spans:
         pairs = _spans(d["chunk_spans"], what)
         if bs < 1:
@@ -155,9 +163,10 @@ def parse_layout(value, prompt_len: int | None = None, *,
         raise ValueError(f"{what} has no prompt_len and the prompt's length is not known here")
     if prompt_len is not None and n != prompt_len:
         raise ValueError(f"{what}.prompt_len is {n} but the prompt has {prompt_len} tokens")
+    rules = d.get("rules", "reference")
     if "chunk_spans" in d:
         try:
-            return Layout.from_spans(bs, _spans(d["chunk_spans"], what), n, hid)
+            return Layout.from_spans(bs, _spans(d["chunk_spans"], what), n, hid, rules)
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
     end = (head + sum(sizes)) * bs
@@ -166,7 +175,7 @@ def parse_layout(value, prompt_len: int | None = None, *,
                          f"{sum(sizes)} blocks of {bs}), but the prompt has only {n} tokens: "
                          "a chunk lies outside the prompt, or no question (scaffold tail) "
                          "follows the last chunk")
-    return Layout(bs, head, tuple(sizes), n, hid)    # Layout checks hidden's range
+    return Layout(bs, head, tuple(sizes), n, hid, rules=rules)   # Layout checks hidden's range
 
 
 def director_to_wire(tags) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from da_lab.core.cost import request_cost
 from da_lab.core.layout import BLOCK_SIZE, DAPrompt, build_prompt, seed_texts
-from da_lab.core.paper import paper_prompt
+from da_lab.core.paper_tools import paper_prompt_for
 from da_lab.core.record import StepRecord
 from da_lab.engine import access, kvmap, startup, steer_plan, validate
 from da_lab.engine.env import LAB_ENV, apply_env, engine_name, engine_version  # noqa: F401
@@ -158,11 +158,16 @@ class Lab:
                             bos_id=self.tokenizer.bos_token_id, block_size=self.block_size,
                             chunk_blocks=chunk_blocks)
 
-    def paper_prompt(self, question: str, context, **kw) -> DAPrompt:
-        """The paper's prompt (Ho et al. 2026): "Magic Chunk k:" sections of unpadded token
-        spans. `context`: the documents, or one long text to segment (core/paper.py)."""
-        return paper_prompt(self.encode, question, context, block_size=self.block_size,
-                            bos_id=self.tokenizer.bos_token_id, **kw)
+    def paper_prompt(self, question: str, context, *, form: str | None = None,
+                     **kw) -> DAPrompt:
+        """The paper's prompt (Ho et al. 2026), its chunks unpadded token spans; `context`: the
+        documents, or one long text to segment. `form`: "tools", the paper's rendering (a
+        get_magic_chunk tool-call transcript through the model's chat template, read by the
+        paper's rules), or "plain", the reference's "Magic Chunk k:" text (read by its stack);
+        None: "tools" exactly when the chat template (or `chat_template=`) declares tools.
+        `kw`: chat_template, rules, system_prompt, instructions (core/paper_tools.py)."""
+        return paper_prompt_for(self.tokenizer, question, context, form=form,
+                                block_size=self.block_size, **kw)
 
     def add_request(self, prompt: DAPrompt | list[int], *, tags: list[tuple[int, str]] = (),
                     max_tokens: int = 32, request_id: str | None = None,

@@ -110,7 +110,7 @@ class RequestBook:
         script = director.normalize(extra_args.get(EXTRA_DIRECTOR), self.tokenizer_now)
         director.check(script, self.facts.vocab_size)
         return RequestState(req_id, str(extra_args.get(EXTRA_ID, req_id)), layout,
-                            TagStream(n_chunks=layout.n_chunks),
+                            TagStream(n_chunks=layout.n_chunks, rules=layout.rules),
                             DecodeStream(skip_special_tokens=True), script=script)
 
     def steer(self, da_id: str, at: int, ids: list[int]) -> None:
