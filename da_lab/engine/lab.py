@@ -125,9 +125,8 @@ class Lab:
         self.num_blocks = num_blocks
         self.step_index = 0
         self._driver = StepDriver(self.engine, self.session)
-        # Per request: prompt, tokens, text, finished, flags. Finished (and aborted) ones are
-        # kept as a history of the last `keep_finished`, oldest dropped first; running ones
-        # always stay.
+        # Per request: prompt, tokens, text, finished, flags; the last `keep_finished`
+        # finished (and aborted) ones are kept, oldest dropped first; running ones stay.
         self.requests: dict[str, dict] = {}
         self.keep_finished = 256
         self._added: list[dict] = []
@@ -238,8 +237,7 @@ class Lab:
         self.session.end(da_id)
 
     def forget_requests(self) -> None:
-        """Abort what still runs and forget every request: idle, as if just started (the
-        engine's step counter and its prefix cache stay: they are the engine's own)."""
+        """Abort what runs, forget every request: idle as if new (step counter, cache stay)."""
         for da_id, r in list(self.requests.items()):
             if not r["finished"]:
                 self.abort(da_id)
@@ -283,9 +281,8 @@ class Lab:
         return rec
 
     def steps_until_done(self):
-        """Step the engine until it has no unfinished request, without records: one
-        hook/driver.EngineStep each (the eval and teacher forcing read them). The KV map
-        learns that steps went by unseen."""
+        """Steps until no request is unfinished, unrecorded: one hook/driver.EngineStep each
+        (the eval, teacher forcing); the KV map learns that steps went by unseen."""
         self._alive()
         for es in self._driver.until_done():
             self.step_index = self._driver.index
