@@ -37,6 +37,7 @@ from da_lab.core.fields import (
     typed_field,
     where,
 )
+from da_lab.core.group_rows import GroupRow
 
 __all__ = ["SCHEMA", "RecordError", "Metadata", "RequestStep", "StepRecord"]
 
@@ -130,6 +131,9 @@ class RequestStep:
     partial_logical: np.ndarray | None = None
     built_seq_len: int | None = None          # tokens the builder received; None: not observed
     built_row: np.ndarray | None = None       # builder's row, only where != kernel_row
+    # A hybrid model's other KV-cache groups' rows (core/group_rows.py); None: one group, or
+    # rows not recorded.
+    groups: tuple[GroupRow, ...] | None = None
     new_token_ids: list[int] | None = None    # tokens the engine returned this step
     new_text: str | None = None
     finished: bool | None = None
@@ -216,6 +220,8 @@ class RequestStep:
                     d[k] = conv(v)
             if self.built_seq_len is not None:
                 d["built_seq_len"] = self.built_seq_len
+            if self.groups is not None:
+                d["groups"] = [g.to_json(arrays) for g in self.groups]
         if self.new_token_ids is not None:
             d.update(new_token_ids=list(self.new_token_ids), new_text=self.new_text,
                      finished=self.finished)
@@ -283,7 +289,12 @@ def _hook_fields(d: dict, step: Any, c: str, schema: int) -> dict:
         # Stored only where it differed from the kernel row; a writer that stored an equal
         # one reads back as not stored, as it was written live.
         built_row = _differing(built_row, staged if kept is None else staged[kept])
+    groups = typed_field(d, "groups", (list,), step, c, None)
+    if groups is not None:
+        groups = tuple(GroupRow.from_json(g, step, f"{c}groups[{k}]")
+                       for k, g in enumerate(groups))
     return dict(row=row, block_size=bs, seq_len=seq, query_len=q, directive=directive,
+                groups=groups,
                 tag_buffer=typed_field(d, "tag_buffer", (str,), step, c),
                 n_output_seen=int_field(d, "n_output_seen", step, c, 0),
                 tokens_unseen=int_field(d, "tokens_unseen", step, c, 0),

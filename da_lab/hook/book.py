@@ -237,7 +237,7 @@ class RequestBook:
                 detok += time.perf_counter() - t0
                 self._note_position(st, int(batch.seq_lens[i]), int(batch.query_lens[i]))
             except Exception as e:   # noqa: BLE001 - a bug in one request's part: it alone pays
-                self.refuse(req_id, st.da_id, e)
+                self.hook_error("advancing a request to the step", e, [req_id])
         return n_events, detok
 
     def _note_position(self, st: RequestState, seq_len: int, q: int) -> None:
@@ -263,8 +263,8 @@ class RequestBook:
     def commit(self, plan, failed=()) -> None:
         """The step's plan (hook/plan.StepPlan) is made: refuse the requests whose part failed,
         and add each planned request's step to its mask history."""
-        for req_id, da_id, err in failed:
-            self.refuse(req_id, da_id, err)
+        for req_id, _, err in failed:
+            self.hook_error("a request's part of the step's decision", err, [req_id])
         for p in plan.requests:
             st = self.requests.get(p.req_id)
             if st is None:

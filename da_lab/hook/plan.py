@@ -31,6 +31,9 @@ class Batch:
     # or taken on elsewhere: the V2 runner takes requests on in add_requests).
     extra: tuple = ()
     prompt_lens: tuple = ()
+    # batch row -> the other KV-cache groups' staged rows, (group index, row) each (hybrid
+    # models; None: one group)
+    other_groups: Callable[[int], list] | None = None
 
     def extra_of(self, i: int):
         return self.extra[i] if i < len(self.extra) else None
@@ -57,6 +60,7 @@ class RequestPlan:
     masked: bool                             # kept is fewer than all of the row's blocks
     partial: np.ndarray | None               # kept blocks that also hold hidden tokens
     staged_row: np.ndarray | None            # the staged row (a copy), when rows are recorded
+    other_rows: tuple | None                 # the other groups' (index, row copy), likewise
     forced_token: int | None                 # the director's token for this step's sample
     samples: bool                            # this step samples an output token for it
 
@@ -103,7 +107,8 @@ def decide(index: int, book, batch: Batch, record_rows: bool, n_events: dict[str
     Reads the book (its requests' directives, layouts, scripts) and writes nothing. `n_events`:
     per request, where this step's events start in its event list (`RequestBook.advance`).
     Returns the plan and the requests whose part failed, (req_id, da_id, error) each: they
-    are left out of the plan, and `RequestBook.commit` refuses them (only they pay)."""
+    are left out of the plan, and `RequestBook.commit` turns DA off for them alone with a
+    hook_error warning (a bug here is the hook's, never the request's)."""
     t0 = time.perf_counter()
     plans, failed = [], []
     new_seq = None
@@ -140,8 +145,10 @@ def _request(st, i: int, seq_len: int, q: int, batch: Batch, live_script, record
     masked = len(kept) < n_blocks
     # A numpy copy: the runner reuses its staged rows' arrays.
     staged = batch.staged(i)[:n_blocks].copy() if record_rows else None
+    others = tuple((g, row.copy()) for g, row in batch.other_groups(i)) \
+        if record_rows and batch.other_groups is not None else None
     return RequestPlan(st.req_id, st.da_id, i, bs, seq_len, q, st.directive_dict(),
                        st.stream.buffer, st.n_seen, max(0, out_index - st.n_seen),
                        tuple(st.events[n_events:]), kept, masked,
-                       st.partial() if masked else None, staged, tok,
+                       st.partial() if masked else None, staged, others, tok,
                        seq_len >= st.prompt_len)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from da_lab.core.group_rows import GroupRow
 from da_lab.core.record import Metadata, RequestStep
 from da_lab.hook import faults
 from da_lab.hook.metadata import KernelEdit, host_copies
@@ -186,12 +187,25 @@ class Step:
             reqs.append(RequestStep(p.da_id, p.row, p.block_size, p.seq_len, p.query_len,
                                     p.directive, p.tag_buffer, p.n_output_seen, p.tokens_unseen,
                                     list(p.events), p.staged_row, kept,
-                                    p.partial if p.masked else None, **built))
+                                    p.partial if p.masked else None, **built,
+                                    groups=self._group_rows(p)))
         self._requests = tuple(reqs)
         if ob is not None and ob.rows is not None:
             f = self._facts
             self._metadata = Metadata(ob.query_start_loc, seq, np.asarray(ob.slots), ob.shape,
                                       ob.max_seq_len, f.backend, f.runner_class)
+
+    def _group_rows(self, p) -> tuple[GroupRow, ...] | None:
+        """A hybrid model's other groups' rows for the record, each cut to the blocks that
+        hold the context."""
+        if p.other_rows is None or self._facts is None:
+            return None
+        out = []
+        for g, row in p.other_rows:
+            gf = self._facts.groups[g]
+            n = -(-p.seq_len // gf.block_size) if gf.block_size else len(row)
+            out.append(GroupRow(g, gf.kind, gf.block_size, row[:n], gf.sliding_window))
+        return tuple(out)
 
     def to_json(self) -> dict:
         return {"step": self.index, "hook_us": self.hook_us,

@@ -65,13 +65,21 @@ def _batch(runner, num_reqs: int, num_scheduled_tokens: dict[str, int]) -> Batch
         return None
     seq = runner.optimistic_seq_lens_cpu[:num_reqs].numpy()
     q = np.fromiter((num_scheduled_tokens[r] for r in req_ids), dtype=np.int64, count=num_reqs)
-    return Batch(req_ids, seq, q, _staged(ib), tuple(extra), tuple(prompt_lens))
+    facts = SESSION.facts
+    others = [g.index for g in facts.groups if not g.masked]
+
+    def other_groups(i: int) -> list:
+        return [(g, _staged(ib, g)(i)) for g in others]
+
+    return Batch(req_ids, seq, q, _staged(ib, facts.da_group), tuple(extra), tuple(prompt_lens),
+                 other_groups if others else None)
 
 
-def _staged(ib):
-    """Batch row -> its staged row in the global group's table, in KV-manager blocks (0.26-0.31
-    keep kernel blocks in it where those are smaller: block b is kernel blocks b*k .. b*k+k-1)."""
-    bt = ib.block_table[SESSION.facts.da_group]
+def _staged(ib, group: int):
+    """Batch row -> its staged row in KV-cache group `group`'s table, in KV-manager blocks
+    (0.26-0.31 keep kernel blocks in it where those are smaller: block b is kernel blocks
+    b*k .. b*k+k-1)."""
+    bt = ib.block_table[group]
     rows = bt.get_numpy_array()
     k = getattr(bt, "blocks_per_kv_block", 1)
     if k == 1:
