@@ -16,6 +16,12 @@ and uses SESSION for the rest:
     SESSION.configure(record_rows=True)
     SESSION.end(request_id)             # the caller saw it finish, or aborted it
 
+Its broad `except Exception` catches (each says why) hold one rule: a bug in the hook turns DA
+off for the requests it touched, with a `hook_error` warning, and the engine steps on — the
+plugin runs inside every vLLM process of the environment. The test suite fails any test in
+which one fires unless the test says it expects it (tests/conftest.py), so a bug never passes
+as "DA quietly off".
+
 `after_step` is the after-step sequence, once and in order: hand the step's sampled tokens to
 the tag machines (`RequestBook.drain`: under async scheduling one step late, the same on every
 TP rank), settle the steps (`Step.settle`: CUDA copies that were in flight), take them, end
@@ -225,7 +231,7 @@ class Session:
             return block_table
         try:
             return step.edit_table(block_table, units)
-        except Exception as e:   # noqa: BLE001 - the step runs unmasked; the engine lives
+        except Exception as e:   # noqa: BLE001 - reported, then raised (below)
             # The reused metadata's seq_lens are edited already: no row of this step may run
             # at all with a partial edit, so the error stops the step (vLLM raises it).
             self.book.hook_error("the block-table edit of a reused group", e, step.req_ids)

@@ -28,7 +28,7 @@ def tp_rank() -> int:
         import torch.distributed as dist
 
         return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-    except Exception:   # noqa: BLE001 - no process group: a single worker
+    except (ImportError, RuntimeError, ValueError):    # no process group: a single worker
         return 0
 
 
