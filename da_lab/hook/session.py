@@ -382,13 +382,11 @@ class Session:
         return da_id in self.book.refused.values()
 
     def entries(self) -> dict[str, int]:
-        """Per-request entries that must be 0 whenever no request runs, and the bounded
-        histories' overflow (the leak checks count these): hook/account.py."""
+        """The leak checks' per-request entries (hook/account.py)."""
         return account.entries(self.book)
 
     def rank_log(self) -> dict:
-        """This worker's whole account, left as it is (the tensor-parallel check compares
-        ranks): hook/account.py."""
+        """This worker's whole account, for the TP check (hook/account.py)."""
         return account.rank_log(self)
 
     def clear(self) -> None:
