@@ -85,7 +85,7 @@ TIERS = {
              "test_hook_state", "test_torch_source", "test_env_child",
              "test_lab_files", "test_predict", "test_messages_fit", "test_reference_protocol",
              "test_tags_rules", "test_paper_render", "test_module_state",
-             "test_vllm_reads"],
+             "test_vllm_reads", "test_serve_gate"],
     "engine": ["test_engine", "test_kvmap", "test_lab_trace", "test_steering", "test_refusals",
                "test_reliability", "test_selfcheck", "test_tp_cpu", "test_cli_messages",
                "test_bench", "test_bench_shared", "test_eval_ablations", "test_eval_prompts_engine",
