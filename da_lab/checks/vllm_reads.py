@@ -8,9 +8,9 @@ expressions and the class each holds) and what their attributes hold (HOLDS), so
 `llm.llm_engine.vllm_config.model_config.dtype` is read link by link. The rules, each broken
 one a finding (module:line: what, and where to declare it):
 
-  import    every `import vllm...` / `from vllm... import X` (in functions, in strings run as
-            code, `find_spec("vllm.x")`, `-m vllm.x`) names a declared need (a class: any need
-            on it; a module: any need inside it);
+  import    every import of vLLM, a module or a name from one (in functions too, in strings
+            run as code, `find_spec("vllm.x")`, `-m vllm.x`), names a declared need (a class:
+            any need on it; a module: any need inside it);
   read      every attribute read or write, constant getattr/hasattr/setattr and method on a
             value of a declared class is a declared need "Class.attr" (or a field its
             "fields" need covers, or Python's own: INHERITED); an optional read (getattr with
