@@ -13,8 +13,8 @@ def engine_core(llm):
 
 
 def model_runner(llm):
-    worker = engine_core(llm).model_executor.driver_worker
-    worker = getattr(worker, "worker", worker)     # WorkerWrapperBase -> Worker
+    wrapper = engine_core(llm).model_executor.driver_worker
+    worker = getattr(wrapper, "worker", wrapper)     # WorkerWrapperBase -> Worker
     return worker.model_runner
 
 

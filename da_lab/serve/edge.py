@@ -54,10 +54,9 @@ STRUCTURED = (f"vllm_xargs.{EXTRA_DIRECTOR} can't be combined with structured ou
 
 
 def structured(params) -> bool:
-    """Whether the SamplingParams vLLM built carry a grammar (0.32: structured_outputs; older
-    releases: guided_decoding)."""
-    return any(getattr(params, name, None) is not None
-               for name in ("structured_outputs", "guided_decoding"))
+    """Whether the SamplingParams vLLM built carry a grammar (structured_outputs in 0.26 ...
+    0.33; the older guided_decoding is in none of them)."""
+    return getattr(params, "structured_outputs", None) is not None
 
 
 class Edge:

@@ -55,15 +55,45 @@ def precheck(request, block_size: int) -> tuple[str, str, str] | None:
     return None
 
 
-def install(state, plugin) -> list[str]:
-    """Wrap the serving handlers in `state` (vLLM's app.state); the names of those wrapped."""
-    from da_lab.serve.edge import EdgeError
+class MissingDoor(RuntimeError):
+    """A serving handler the gate wraps is not where it was (a vLLM release renamed it): the
+    server must not start, or that route would run DA requests without these checks."""
 
+
+def missing_doors(state) -> list[str]:
+    """The handlers of HANDLERS that `state` lacks: an app.state attribute that is gone, or a
+    handler without its method. A handler that is None is a task this server does not run
+    (vLLM answers that route itself), not a missing one."""
+    out = []
+    for attr, name in HANDLERS:
+        if not hasattr(state, attr):
+            out.append(f"app.state.{attr}")
+            continue
+        handler = getattr(state, attr)
+        if handler is not None and not callable(getattr(handler, name, None)):
+            out.append(f"app.state.{attr}.{name} ({type(handler).__name__})")
+    return out
+
+
+def install(state, plugin) -> list[str]:
+    """Wrap the serving handlers in `state` (vLLM's app.state); the names of those wrapped.
+    Raises MissingDoor, one line naming the handler and the release, when one is missing
+    (its needs are declared in versions/needs_engine.py, SERVE_HANDLERS)."""
+    from da_lab.serve.edge import EdgeError
+    from da_lab.versions.releases import engine_name, supported_range
+
+    missing = missing_doors(state)
+    if missing:
+        raise MissingDoor(
+            f"da_lab: {engine_name()} has no {', '.join(missing)}, a serving handler the DA "
+            f"checks run at (serve/gate.py); without it that route would serve DA requests "
+            f"unchecked, so the server does not start (da_lab supports vLLM "
+            f"{supported_range()})")
     done = []
     for attr, name in HANDLERS:
-        handler = getattr(state, attr, None)
+        handler = getattr(state, attr)
         orig = getattr(handler, name, None)
-        if orig is None or getattr(orig, "_da_door", False):
+        if handler is None or getattr(orig, "_da_door", False):
             continue
 
         def wrap(orig=orig, batch=(name == BATCH)):

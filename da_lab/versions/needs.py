@@ -175,6 +175,18 @@ NEEDS: tuple[Need, ...] = (
     _n("common", "vllm.v1.kv_cache_interface:SlidingWindowSpec.sliding_window", "attribute"),
     _n("common", "vllm.config.compilation:CUDAGraphMode.has_full_cudagraphs"),
     _n("metadata", CM, "fields", why="every field is classified in versions/cm_fields.py"),
+    # common.py's engine facts and refusals, read on the runner's configs
+    _n("common", "vllm.config.vllm:VllmConfig.scheduler_config", "attribute"),
+    *(_n("common", f"vllm.config.model:ModelConfig.{a}", "attribute")
+      for a in ("enforce_eager", "tokenizer")),
+    _n("common", "vllm.config.model:ModelConfig.get_vocab_size"),
+    _n("common", "vllm.v1.kv_cache_interface:KVCacheSpec.block_size", "attribute",
+       why="optional (getattr): 0 for a group of no attention kind"),
+    _n("common", "vllm.v1.kv_cache_interface:UniformTypeKVCacheSpecs.kv_cache_specs",
+       "attribute", why="optional (getattr): a spec wrapping per-layer specs (kv_specs.py)"),
+    _n("v2", V2 + ".device", "attribute"),
+    _n("service", "vllm.v1.worker.worker_base:WorkerBase.rank", "attribute",
+       why="optional (getattr): 0; the rank a worker answers da_lab_rpc as"),
     # prefix_cache.py, service.py
     _n("prefix_cache", "vllm.v1.core.kv_cache_coordinator:KVCacheCoordinator.cache_blocks",
        first=("request", "num_computed_tokens")),

@@ -126,7 +126,7 @@ def note_runner(runner, attn_groups) -> None:
     backends = [g.backend.get_name() for groups in attn_groups for g in groups]
     sched = runner.vllm_config.scheduler_config
     groups = group_facts(runner.kv_cache_config)
-    da_group = next((g.index for g in groups if g.masked), 0)
+    da_group = next((f.index for f in groups if f.masked), 0)
     da_backends = [g.backend.get_name() for g in attn_groups[da_group]] if attn_groups else []
     SESSION.learn(EngineFacts(
         vllm=releases.engine_name(),
