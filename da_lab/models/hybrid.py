@@ -159,8 +159,13 @@ def seeded_weights(state: dict, seed: int) -> dict[str, np.ndarray]:
     embedding N(0, 1)), GDN decay logs A_log = log(1..16) spread over the heads; the other
     vectors (norm weights, dt_bias) keep their constant initial values."""
     rng = np.random.Generator(np.random.PCG64(seed))
-    out = {}
+    out, seen = {}, {}
     for name in sorted(state):
+        ptr = state[name].data_ptr()
+        if ptr in seen:                 # a tied weight (LM head = embeddings): the same numbers
+            out[name] = out[seen[ptr]]
+            continue
+        seen[ptr] = name
         t = state[name].detach().float().cpu().numpy()
         if t.ndim >= 2:
             fan_in = int(np.prod(t.shape[1:]))
