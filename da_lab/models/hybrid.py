@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from da_lab.models.cache import build_atomically, lab_home
-from da_lab.models.tiny import tokenizer_json, write_tokenizer_files
+from da_lab.models.lab_tokenizer import tokenizer_json, write_tokenizer_files
 
 MODEL_NAME = "da-tiny-hybrid"
 SEED = 20261214

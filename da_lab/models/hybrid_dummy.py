@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from da_lab.models.cache import lab_home
-from da_lab.models.tiny import tokenizer_json, write_tokenizer_files
+from da_lab.models.lab_tokenizer import tokenizer_json, write_tokenizer_files
 
 GEMMA4 = "gemma4-dummy"
 QWEN35 = "qwen35-dummy"
@@ -120,11 +120,17 @@ def lab_kwargs(name: str) -> dict:
     reads them with getattr(config, "global_head_dim", head_dim): without hf_overrides it
     would build the global layers with the sliding head size."""
     cfg = CONFIGS[name]()
-    out: dict = {"max_model_len": 8192}
+    out: dict = {}
     if name == QWEN35:
         # One attention page must hold one GDN state: vLLM raises the block size to this
-        # (computed with the float32 recurrent state, so vLLM never raises it further).
-        out["block_size"] = attention_block_size(cfg, 16)
+        # (computed with the float32 recurrent state, so vLLM never raises it further); the
+        # seed prompt of 2-block chunks is then ~3,800 tokens.
+        out.update(block_size=attention_block_size(cfg, 16), max_model_len=8192)
+    if name == GEMMA4:
+        # Every group takes its blocks from one pool, and vLLM's start-up check counts a
+        # sliding group's need as min(window + batched tokens, max_model_len): 5 x 2048 / 16
+        # blocks + the global group's 2048 / 32 at the default max_model_len.
+        out["num_blocks"] = 1024
     return {**out, **engine_kwargs(cfg)}
 
 
