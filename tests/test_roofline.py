@@ -73,3 +73,41 @@ def test_step_time_scales_the_global_term_with_the_kept_fraction_only():
     w = step_time(g, H200, 32768, batch=1, weights=True)
     assert w["matmul_ms"] == pytest.approx(g.weight_bytes / H200.eff_bw * 1e3, rel=1e-3)
     assert w["matmul_ms"] > 50 * step_time(g, H200, 32768, batch=1)["matmul_ms"]
+
+
+def test_bench_plans_each_hybrid_in_its_global_layers_block_units():
+    from da_lab.bench.plan import block_sizes, focus_fraction, local_blocks
+    from da_lab.models.hybrid import config as tiny_hybrid
+
+    gemma, qwen = bench_config(GEMMA4_31B, 262144, SPECIAL), bench_config(QWEN36_27B, 262144,
+                                                                           SPECIAL)
+    # Gemma 4: sliding page per token 2 x 16 x 256 x 2 B = 2 x the global 2 x 4 x 512 x 2 B,
+    # so vLLM doubles the global group's blocks; 5 sliding groups of 10 layers hold a window.
+    assert block_sizes(gemma, 16) == (16, 32)
+    assert local_blocks(gemma, 16) == 5 * (1024 // 16 + 2)
+    # Qwen 3.6: one GDN state (float32 recurrent: 48 x 128 x 128 x 4 + conv 10240 x 3 x 2 B)
+    # per attention page of 2 x 4 x 256 x 2 B per token, in multiples of 16: 784 tokens.
+    assert block_sizes(qwen, 16) == (784, 784) and local_blocks(qwen, 784) == 3 * 2
+    assert block_sizes(tiny_hybrid(), 32) == (32, 32)
+    assert focus_fraction("focus_paper", 0.12) == 0.5 and focus_fraction("focus", 0.12) == 0.12
+
+
+def test_profile_split_tells_global_from_local_kernels():
+    from da_lab.bench.profiling import classify, layer_heads
+
+    g = layer_heads(bench_config(GEMMA4_31B, 262144, SPECIAL))
+    q = layer_heads(bench_config(QWEN36_27B, 262144, SPECIAL))
+    assert g == {"global_kv_heads": 4, "local_kv_heads": 16, "local": "swa"}
+    assert q == {"global_kv_heads": 4, "local_kv_heads": None, "local": "gdn"}
+    tri = "kernel_unified_attention"       # vLLM's Triton attention: grid (q blocks, KV heads)
+    assert classify(tri, (40, 4), g) == "global_attention"
+    assert classify(tri, (40, 16, 8), g) == "local"
+    assert classify("reduce_segments", (8, 32), g) == "attention_unsplit"
+    assert classify(tri, None, g) == "attention_unsplit"
+    fa3 = "void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<"
+    assert classify(fa3, (1, 4, 8), q) == "global_attention"
+    for gdn in ("fused_recurrent_gated_delta_rule_fwd_kernel", "_causal_conv1d_update_kernel",
+                "cpu_gdn_attention_core"):
+        assert classify(gdn, (1, 48), q) == "local"
+    assert classify("nvjet_sm90_tst_128x16_64x11_2x1_v_bz_TNT", (1,), q) == "matmul"
+    assert classify("void vllm::reshape_and_cache_flash_kernel<", (8,), q) == "other"

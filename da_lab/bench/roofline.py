@@ -86,7 +86,7 @@ def step_time(cost: ModelCost, hw: Hardware, context: float, batch: int = 1,
          "global_ms": batch * kept * context * cost.b_kv / hw.eff_bw * 1e3,
          "local_ms": batch * cost.local_bytes(int(context)) / hw.eff_bw * 1e3}
     t["total_ms"] = sum(t.values())
-    return {k: round(v, 4) for k, v in t.items()}
+    return {k: round(v, 6) for k, v in t.items()}
 
 
 def _text(cfg: dict) -> dict:
