@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 
-from da_lab.bench.plan import bench_layout, kept_fraction, kept_prompt_len
+from da_lab.bench.plan import bench_layout, focus_fraction, kept_fraction, kept_prompt_len
 from da_lab.bench.report import spread
 from da_lab.bench.shared import blocks_needed, corpus_len, focus_tag, kept_corpus_len, shared_layout
 from da_lab.core.cost import cost, step_positions
@@ -21,6 +21,12 @@ def blocks_of(n_tokens: int, bs: int) -> int:
 class Measuring:
     """Needs from the host class: spec, doc, engine, driver, plugin, session, recorder, counts,
     num_blocks, tok_vocab, tag_ids, step(), hook_log(), left(), flush(), profile()."""
+
+    @property
+    def bs(self) -> int:
+        """The DA layout's block size: the global layers' (a hybrid model's sliding or GDN
+        groups may run other sizes; plan.block_sizes)."""
+        return self.spec.get("layout_block_size") or self.spec["block_size"]
 
     def prompts(self, context: int, batch: int, length: int, layout) -> list[list[int]]:
         """Random prompts, the same for every mode of a run: distinct, or with --shared one
@@ -43,8 +49,7 @@ class Measuring:
     def _row(self, context: int, batch: int, **kw) -> dict:
         row = {"model": self.spec["model"], "context": context, "batch": batch,
                "mode": self.spec["mode"], "kept_block_fraction": None, "decode_tok_s": None,
-               "attn_ms_per_step": None, "ideal_speedup": None,
-               "block_size": self.spec["block_size"],
+               "attn_ms_per_step": None, "ideal_speedup": None, "block_size": self.bs,
                "kv_bytes_per_token": self.doc.get("kv_bytes_per_token"),
                "weight_bytes_read": self.doc.get("weight_bytes_read")}
         row.update(kw)
@@ -71,9 +76,10 @@ class Measuring:
         tag_len = len(self.tag_ids["focus"])      # every mode decodes from the same position
         try:
             if q:
-                layout = shared_layout(context, s["block_size"], q)
+                layout = shared_layout(context, self.bs, q)
             else:
-                layout = bench_layout(context, s["block_size"], fraction=s["focus_fraction"],
+                layout = bench_layout(context, self.bs,
+                                      fraction=focus_fraction(mode, s["focus_fraction"]),
                                       spans=bool(s.get("spans")),
                                       response_tokens=tag_len + s["warmup_steps"]
                                       + s["decode_steps"] * s.get("repeats", 1) // 2)
@@ -86,7 +92,8 @@ class Measuring:
             need = {b: blocks_needed(layout, b, s["max_model_len"]) for b in batches}
         else:
             length = kept_prompt_len(layout) if mode == "stock_kept" else context
-            need = {b: b * blocks_of(s["max_model_len"], s["block_size"]) for b in batches}
+            need = {b: b * (blocks_of(s["max_model_len"], self.bs) + s.get("local_blocks", 0))
+                    for b in batches}
         fits = [b for b in batches if need[b] <= self.num_blocks]
         for b in batches:
             if b not in fits:
@@ -226,7 +233,7 @@ class Measuring:
 
     def measure(self, context, batch, layout, length, da_ids) -> dict:
         s = self.spec
-        mode, bs, steps = s["mode"], s["block_size"], s["decode_steps"]
+        mode, bs, steps = s["mode"], self.bs, s["decode_steps"]
         repeats = int(s.get("repeats", 1))
         self.hook_log()
         before = {r: self.counts[r] for r in da_ids}

@@ -11,13 +11,81 @@ from da_lab.models.dummy import (  # noqa: F401 - re-exported for da-lab bench
     prepare_model,
 )
 
-MODELS = ("tiny", "llama-8b-dummy")
-MODES = ("stock", "focus", "global", "stock_kept", "local", "global_recording")
+# Hybrid models (issue 55): the paper's two, shaped from public figures (models/hybrid_dummy.py),
+# and tiny-hybrid (da-tiny-hybrid, Gemma-3-shaped) for the CPU.
+HYBRID_MODELS = ("gemma4-31b-dummy", "qwen36-27b-dummy", "tiny-hybrid")
+MODELS = ("tiny", "llama-8b-dummy", *HYBRID_MODELS)
+MODES = ("stock", "focus", "global", "stock_kept", "local", "global_recording", "focus_paper")
 DEFAULT_MODES = ("stock", "focus", "global", "stock_kept", "local")
 STOCK_MODES = ("stock", "stock_kept")
 FOCUS_CHUNKS = (2, 7)           # the director writes "<focus C2,C7>"
 N_CHUNKS = 16
-TAGS = {"focus": "<focus C2,C7>", "local": "<local>"}
+TAGS = {"focus": "<focus C2,C7>", "local": "<local>", "focus_paper": "<focus C2,C7>"}
+# focus_paper: FOCUS at the paper's per-step attention ratio, ~0.5 of vanilla's (its §5.2),
+# whatever --focus-fraction says (which `focus` follows: 0.12 is the paper's FOCUS steps, §6.1).
+FOCUS_FRACTIONS = {"focus_paper": 0.5}
+
+
+# Models the children load with load_format="dummy" (a config.json only; vLLM makes weights).
+DUMMY_MODELS = ("llama-8b-dummy", "gemma4-31b-dummy", "qwen36-27b-dummy")
+
+
+def model_fields(model: str, path, block_size: int) -> dict:
+    """A child spec's per-model fields: load format, the engine's and the layout's block
+    sizes, the vLLM arguments a hybrid config needs, its blocks outside the global groups."""
+    import json
+    from pathlib import Path
+
+    from da_lab.models.hybrid_dummy import engine_kwargs
+
+    cfg = json.loads((Path(path) / "config.json").read_text())
+    engine, layout = block_sizes(cfg, block_size)
+    return {"load_format": "dummy" if model in DUMMY_MODELS else "auto", "block_size": engine,
+            "layout_block_size": layout, "engine_kwargs": engine_kwargs(cfg),
+            "local_blocks": local_blocks(cfg, engine)}
+
+
+def focus_fraction(mode: str, default: float) -> float:
+    return FOCUS_FRACTIONS.get(mode, default)
+
+
+def block_sizes(cfg: dict, block_size: int) -> tuple[int, int]:
+    """(the engine's --block-size, the global layers' block size: the DA layout's unit).
+    GDN hybrids: vLLM raises the block size until one attention page holds one GDN state, so
+    the bench asks for that size itself; Gemma 4: the global group's blocks are larger than
+    the sliding groups' (models/hybrid_dummy.attention_block_size)."""
+    from da_lab.models.hybrid_dummy import attention_block_size, text_config
+
+    t = text_config(cfg)
+    engine = block_size
+    if "linear_attention" in (t.get("layer_types") or []):
+        engine = attention_block_size(cfg, block_size)
+    return engine, attention_block_size(cfg, engine)
+
+
+def local_blocks(cfg: dict, block_size: int) -> int:
+    """KV blocks a request holds in the non-global groups (vLLM gives each layer kind its own
+    groups of `min(layers per kind)` layers): a sliding group its window and a block either
+    side, a GDN group its state's block(s)."""
+    from da_lab.models.hybrid_dummy import text_config
+
+    t = text_config(cfg)
+    kinds = t.get("layer_types") or []
+    counts = {k: kinds.count(k) for k in set(kinds)}
+    if len(counts) < 2:
+        return 0
+    size = min(counts.values())
+    if max(counts.values()) < 1.5 * size:       # vLLM pads to the largest count then
+        size = max(counts.values())
+    n = 0
+    for kind, c in counts.items():
+        groups = -(-c // size)
+        if kind == "sliding_attention":
+            n += groups * (-(-t["sliding_window"] // block_size) + 2)
+        elif kind == "linear_attention":
+            n += groups * 2
+    return n
+
 
 def bench_layout(context: int, block_size: int, *, fraction: float = 0.15,
                  response_tokens: int = 0, n_chunks: int = N_CHUNKS, spans: bool = False):

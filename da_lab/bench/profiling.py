@@ -89,3 +89,87 @@ def attention_time(prof, steps: int, cuda: bool) -> dict:
         out["note"] = ("no attention kernel seen by the profiler" + (
             " (CUDA graph replays may hide kernels from it)" if cuda else ""))
     return out
+
+
+# ---- where a step's time goes (hybrid models): global attention, the local floor, matmuls ----
+# Gated DeltaNet's kernels (vLLM's fla ops, its conv1d, the CPU GDN op): the linear layers'
+# floor, matched before the attention names ("cpu_gdn_attention_core" says attention too).
+GDN_PATTERNS = ("gated_delta", "fused_recurrent", "causal_conv1d", "gdn", "solve_tril",
+                "recompute_w_u", "scaled_dot_kkt", "chunk_local_cumsum", "l2norm")
+# Matrix multiplies: cuBLAS(Lt) / nvjet / CUTLASS GEMMs on the GPU, ATen / oneDNN on the CPU
+# (matched after attention: FlashAttention 3's kernels are cutlass::device_kernel<flash::...>).
+MATMUL_PATTERNS = ("gemm", "nvjet", "cublas", "splitkreduce", "xmma", "matmul", "aten::mm",
+                   "aten::addmm", "aten::bmm", "onednn", "dnnl", "mkl")
+SPLIT_KEYS = ("global_attention", "local", "attention_unsplit", "matmul", "other")
+# Triton attention's second pass (its 3D split-softmax decode path): attention, but its grid is
+# (tokens, query heads) for every layer kind alike.
+ATTN_SECOND_PASS = ("reduce_segments",)
+
+
+def layer_heads(cfg: dict) -> dict:
+    """What tells a model's attention kernel launches apart: the global and the local layers'
+    KV head counts (a Triton / FlashAttention decode grid's second dimension), and the local
+    layers' kind ("swa", "gdn" or None)."""
+    t = cfg.get("text_config", cfg)
+    kinds = set(t.get("layer_types") or ["full_attention"])
+    nkv = t.get("num_key_value_heads")
+    glob = (t.get("num_global_key_value_heads") or nkv) if t.get("attention_k_eq_v") else nkv
+    local = "swa" if "sliding_attention" in kinds else "gdn" if "linear_attention" in kinds \
+        else None
+    return {"global_kv_heads": glob, "local_kv_heads": nkv if local == "swa" else None,
+            "local": local}
+
+
+def classify(name: str, grid, heads: dict) -> str:
+    """One kernel (or CPU op) launch's share: see SPLIT_KEYS. Sliding and global layers run the
+    same attention kernel (Triton's kernel_unified_attention on Gemma 4, every layer): told
+    apart by the grid's KV-head dimension where their head counts differ, else unsplit."""
+    low = name.lower()
+    if any(p in low for p in GDN_PATTERNS):
+        return "local"
+    if any(p in low for p in ATTN_SECOND_PASS):
+        return "attention_unsplit" if heads.get("local") == "swa" else "global_attention"
+    if any(p in low for p in ATTN_PATTERNS) and not any(x in low for x in ATTN_EXCLUDE):
+        if heads.get("local") != "swa":
+            return "global_attention"
+        g, loc = heads.get("global_kv_heads"), heads.get("local_kv_heads")
+        if grid and len(grid) >= 2 and g != loc:
+            if grid[1] == g:
+                return "global_attention"
+            if grid[1] == loc:
+                return "local"
+        return "attention_unsplit"
+    if any(p in low for p in MATMUL_PATTERNS):
+        return "matmul"
+    return "other"
+
+
+def _launches(prof, cuda: bool) -> list[tuple[str, tuple | None, float]]:
+    """(name, grid, self time in us) of every kernel (CUDA, from the Chrome trace, which alone
+    keeps each launch's grid) or CPU op (aggregated: CPU ops carry no grid)."""
+    if not cuda:
+        return [(e.key, None, e.self_cpu_time_total) for e in prof.key_averages()
+                if not any(w in e.key.lower() for w in CPU_WRAPPERS)]
+    import json
+    import os
+    import tempfile
+
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        events = json.loads(Path(path).read_text()).get("traceEvents", [])
+    finally:
+        os.unlink(path)
+    return [(ev.get("name", ""), tuple((ev.get("args") or {}).get("grid") or ()) or None,
+             float(ev.get("dur") or 0)) for ev in events if ev.get("cat") == "kernel"]
+
+
+def time_split(prof, steps: int, cuda: bool, heads: dict) -> dict:
+    """Per step, ms: global attention, the local floor (SWA kernels or GDN), attention the
+    kernels can't attribute, matmuls, everything else."""
+    split = dict.fromkeys(SPLIT_KEYS, 0.0)
+    for name, grid, us in _launches(prof, cuda):
+        split[classify(name, grid, heads)] += us
+    return {"time_split_ms": {k: round(v / 1e3 / steps, 4) for k, v in split.items()},
+            "time_split_source": "kernels (grid)" if cuda else "CPU ops (self time)"}

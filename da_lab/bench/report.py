@@ -14,6 +14,31 @@ def log_line(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
+def row_stub(model, context, batch, mode) -> dict:
+    return {"model": model, "context": context, "batch": batch, "mode": mode,
+            "kept_block_fraction": None, "decode_tok_s": None, "attn_ms_per_step": None,
+            "ideal_speedup": None}
+
+
+def add_roofline(row: dict, spec: dict) -> None:
+    """A measured row's roofline columns (bench/roofline.py: the paper's estimate on the B200
+    and the H200, and the H200 with the weight read as the matmul floor) for its model, mid-
+    window sequence length, batch and kept fraction of the global KV; and the measured step
+    time over each estimate."""
+    import json
+
+    from da_lab.bench.roofline import cost_of, roofline_fields
+
+    if not row.get("step_ms") or row.get("seq_len_mid") is None:
+        return
+    cfg = json.loads((Path(spec["model_path"]) / "config.json").read_text())
+    cost = cost_of(cfg, elt=4 if spec.get("dtype") in ("float32", "float") else 2)
+    row.update(roofline_fields(cost, row["seq_len_mid"], row["batch"],
+                               row.get("kept_block_fraction") or 1.0))
+    for k in ("roofline_b200", "roofline_h200", "roofline_h200_weights"):
+        row[f"step_over_{k}"] = round(row["step_ms"] / row[k]["total_ms"], 3)
+
+
 def ideal_speedup(row: dict) -> float | None:
     """(weight bytes + full KV bytes of the batch) / (weight bytes + KV bytes read), per decode
     step; the full KV is what stock reads at the same model/context/batch."""
@@ -118,7 +143,33 @@ def table(doc: dict) -> str:
         for x in doc["ratios"]:
             lines.append(f"{x['model']:<15} {x['context']:>7} {x['batch']:>5} "
                          + " ".join(f"{_fmt(x[k], '.3f'):>17}" for k in shown))
-    return "\n".join(lines)
+    return "\n".join(lines + roofline_table(doc["rows"]))
+
+
+ROOFLINE_HEAD = ("model", "context", "batch", "mode", "kept", "step ms", "H200 paper",
+                 "H200 weights", "B200 paper", "x H200w", "glob attn", "SWA/GDN", "attn ?",
+                 "matmul", "other")
+
+
+def roofline_table(rows: list[dict]) -> list[str]:
+    """Measured step time against the paper's roofline (same model, mid-window length, batch,
+    kept fraction; docs/benchmarks.md) and where the profiled step's time went, in ms."""
+    rs = [r for r in rows if r.get("roofline_h200")]
+    if not rs:
+        return []
+    out = ["", "  ".join(ROOFLINE_HEAD)]
+    for r in rs:
+        sp = r.get("time_split_ms") or {}
+        cells = [r["model"], r["context"], r["batch"], r["mode"],
+                 _fmt(r["kept_block_fraction"], ".3f"), _fmt(r["step_ms"], ".3f"),
+                 _fmt(r["roofline_h200"]["total_ms"], ".3f"),
+                 _fmt(r["roofline_h200_weights"]["total_ms"], ".3f"),
+                 _fmt(r["roofline_b200"]["total_ms"], ".3f"),
+                 _fmt(r.get("step_over_roofline_h200_weights"), ".2f")]
+        cells += [_fmt(sp.get(k), ".3f") for k in ("global_attention", "local",
+                                                    "attention_unsplit", "matmul", "other")]
+        out.append("  ".join(str(c) for c in cells))
+    return out
 
 
 def figure(doc: dict):

@@ -15,15 +15,15 @@ one has exited, unless --overlap-import asks otherwise. The modes:
     stock_kept   stock vLLM on a prompt as long as the prompt blocks FOCUS keeps
     global       the DA hook loaded, no tag: reads every block (hook overhead only)
     focus        the hook under <focus C2,C7>, the two chunks sized so ~15% of blocks are read
+    focus_paper  the same at the paper's per-step attention ratio, 0.5 of the blocks (§5.2)
     local        the hook under <local>: scaffold + tail + response only
     global_recording   global with Lab-style recording on (staged rows + a trace file per step)
 
-Per row: decode tokens/s over `--repeats` (default 3) back-to-back windows of `--decode-steps`
-pure decode steps each (prefill and the director's tag steps excluded; the median is the row's
-figure, min/max/stdev beside it), attention time per step from torch.profiler over a few
-more steps, the fraction of KV blocks the kernel was given (read back from the hook's step
-records), and the ideal speedup from bytes read per decode step. This module needs neither
-vLLM nor torch at import; the children do the measuring.
+Per row: decode tokens/s over `--repeats` (default 3) windows of `--decode-steps` pure decode
+steps (median, min/max/stdev), the profiler's attention time and where a step's time goes, the
+kept fraction of KV blocks (from the hook's records), the ideal speedup from bytes read, and
+the paper's roofline for the same model, context, batch and kept fraction (roofline.py). This
+module needs neither vLLM nor torch at import; the children do the measuring.
 """
 
 from __future__ import annotations
@@ -45,13 +45,16 @@ from da_lab.bench.plan import (  # noqa: F401
     N_CHUNKS,
     STOCK_MODES,
     TAGS,
+    model_fields,
     prepare_model,
 )
 from da_lab.bench.report import (
+    add_roofline,
     check_overlap,
     ideal_speedup,
     log_line,
     ratios,
+    row_stub,
     sort_key,
     table,
     write_plot,
@@ -105,12 +108,6 @@ def _run_id() -> str:
     return datetime.now().strftime("%Y%m%d-%H%M%S") + f"-{os.getpid() % 10000:04d}"
 
 
-def _row_stub(model, context, batch, mode) -> dict:
-    return {"model": model, "context": context, "batch": batch, "mode": mode,
-            "kept_block_fraction": None, "decode_tok_s": None, "attn_ms_per_step": None,
-            "ideal_speedup": None}
-
-
 class Child:
     """A (model, mode) child process (engine.child.ChildProcess). Started at construction: it
     imports torch and vLLM, then waits for `go()` before it starts its engine (so with
@@ -160,7 +157,7 @@ class Child:
         for c in spec["contexts"]:
             for b in spec["batches"]:
                 if (c, b) not in have:
-                    rows.append(dict(_row_stub(spec["model"], c, b, spec["mode"]),
+                    rows.append(dict(row_stub(spec["model"], c, b, spec["mode"]),
                                      error=doc["error"] or "the child reported no row"))
         shutil.rmtree(self.work, ignore_errors=True)
         return doc
@@ -276,11 +273,10 @@ def _plan(settings: dict, args) -> list[dict]:
         for mode in s["modes"]:
             plan.append({"model": model, "model_path": str(path), "mode": mode,
                          "contexts": s["contexts"], "batches": sorted(s["batches"], reverse=True),
-                         "max_num_seqs": max(s["batches"]),
-                         "load_format": "dummy" if model == "llama-8b-dummy" else "auto",
-                         "trace_format": args.trace_format,
+                         "max_num_seqs": max(s["batches"]), "trace_format": args.trace_format,
+                         **model_fields(model, path, s["block_size"]),
                          **{k: s[k] for k in ("decode_steps", "repeats", "warmup_steps",
-                                              "profile_steps", "block_size", "runner", "eager",
+                                              "profile_steps", "runner", "eager",
                                               "dtype", "max_model_len", "max_num_batched_tokens",
                                               "gpu_memory_utilization", "focus_fraction", "seed",
                                               "kv_cache", "spans", "shared")}})
@@ -300,6 +296,7 @@ def _take(doc: dict, res: dict, spec: dict, dev_name: str, first: bool) -> None:
         doc["vllm"] = res["vllm"]
     for r in res["rows"]:
         r["ideal_speedup"] = None if (r.get("error") or r.get("skipped")) else ideal_speedup(r)
+        add_roofline(r, spec)
         doc["rows"].append(r)
         sp = r.get("decode_tok_s_spread") or {}
         log_line(f"    {model} {mode} ctx {r['context']} batch {r['batch']}: " + (
@@ -328,7 +325,7 @@ def _run_children(plan: list[dict], doc: dict, args, dev_name: str, out: Path,
             log_line(f"{spec['model']} {spec['mode']}: skipped, the run's --budget-seconds is "
                      "used up")
             cur.kill()
-            doc["rows"] += [dict(_row_stub(spec["model"], c, b, spec["mode"]),
+            doc["rows"] += [dict(row_stub(spec["model"], c, b, spec["mode"]),
                                  skipped="--budget-seconds used up")
                             for c in spec["contexts"] for b in sorted(spec["batches"])]
         else:

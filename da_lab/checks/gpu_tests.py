@@ -27,6 +27,12 @@ starts), all cases at once on the one GPU. A case:
      engine's own logits tie, its choice is a rounding coin flip, counted as `engine_ties`.
      Each case reports how close to a tie its disagreements were (per reference).
 The unmasked reference must differ somewhere, or the case proves nothing and fails.
+
+Hybrid models (issue 55; not in the default --models): `--models gemma4-dummy,qwen35-dummy`
+(models/hybrid_dummy.py: Gemma-4-shaped sliding + global layers on TRITON_ATTN, Qwen-3.5-shaped
+Gated DeltaNet + full attention on FlashAttention 3), the same scenarios, runners and graph
+modes; their references mask the global layers only (checks/oracle.py). The mask history's
+kept block ids are read in the layout's block units (`prompt.layout.block_size`).
 """
 
 from __future__ import annotations
@@ -41,8 +47,10 @@ from pathlib import Path
 
 from da_lab.checks import shared_prefix
 from da_lab.checks.verdict import compare_graphs, score
+from da_lab.models import hybrid_dummy
 
 MODELS = ("tiny", "llama-1b-dummy")
+HYBRID_MODELS = hybrid_dummy.TEST_MODELS     # --models gemma4-dummy,qwen35-dummy
 RUNNERS = ("v1", "v2")
 GRAPHS = ("eager", "full_and_piecewise")
 # The CPU smoke: the tiny model, eager, twice; the second case is teacher-forced against the
@@ -77,6 +85,8 @@ def model_folder(name: str) -> Path:
         from da_lab.models.tiny import model_path
 
         return model_path("da-tiny-v1")
+    if name in HYBRID_MODELS:
+        return hybrid_dummy.build(name)
     from da_lab.models.dummy import build
 
     return build(name)
@@ -190,7 +200,10 @@ def run_case(model: str, runner: str, graphs: str, max_tokens: int = 40,
     t0 = time.perf_counter()
     # runner=None: the Lab only sets the env var; we check the class ourselves and report it.
     # A fixed KV cache on the GPU: no memory profiling for the parallel cases to race.
-    lab = Lab(path, num_blocks=160, max_model_len=2048, eager=(graphs != "full_and_piecewise"),
+    # Hybrid models: their block size, prompt room and vLLM 0.26 arguments (hybrid_dummy).
+    extra = hybrid_dummy.lab_kwargs(model) if model in HYBRID_MODELS else {}
+    lab = Lab(path, **{"num_blocks": 160, "max_model_len": 2048, **extra},
+              eager=(graphs != "full_and_piecewise"),
               **({"kv_cache_memory_bytes": 1 << 30} if cuda else {}))
     info = {"runner_class": lab.runner_class, "runner_ran": lab.runner_kind,
             "cudagraph_mode": lab.graph_mode(), "backend": lab.session.backend,

@@ -5,13 +5,26 @@ Tokens generated under a mask wrote K/V computed with that mask, so after `<glob
 matches a reference that replays each position's mask (the hook's mask history), not the
 unmasked run. One forward over prompt + response with a per-row mask reproduces exactly that:
 row p's hidden states at every layer see only the keys the engine let position p see.
+
+Hybrid models (sliding-window or linear-attention layers beside a few global ones: Gemma 3/4,
+Qwen 3.5/3.6) are masked as the paper masks them (its §2.3, §B): in the global (full-attention)
+layers only. Their reference runs an attention function registered with transformers
+(`HYBRID_ATTN`) that reads each layer's kind from `config.layer_types` and adds the DA mask in
+full-attention layers alone; sliding layers keep the sliding-window causal mask transformers
+builds for them, linear-attention (Gated DeltaNet) layers never call an attention function.
+A plain full-attention model (the Llamas) keeps the explicit 4D mask of before, unchanged.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
+
+HYBRID_ATTN = "da_lab_hybrid"     # the attention function (and mask factory) of hybrid models
+FULL = "full_attention"
+_DA_MASK: list = [None]           # the additive DA mask of the forward in progress (hybrid)
 
 
 @dataclass
@@ -58,15 +71,67 @@ def mask_matrix(n_tokens: int, history: list[tuple[int, int, tuple[int, ...] | N
     return allow
 
 
+def layer_kinds(config) -> list[str]:
+    """Each decoder layer's kind ("full_attention", "sliding_attention", "linear_attention",
+    ...) from a transformers config (its text config for a multimodal one); all
+    "full_attention" for a model that names none (Llama)."""
+    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+    kinds = getattr(cfg, "layer_types", None)
+    return list(kinds) if kinds else [FULL] * cfg.num_hidden_layers
+
+
+def is_hybrid(config) -> bool:
+    return any(k != FULL for k in layer_kinds(config))
+
+
+def _layer_kind(module) -> str:
+    """The kind of the layer an attention call comes from: its config's layer_types at its
+    layer_idx; else a sliding layer says so (is_sliding / sliding_window)."""
+    cfg, idx = getattr(module, "config", None), getattr(module, "layer_idx", None)
+    if cfg is not None and idx is not None:
+        return layer_kinds(cfg)[idx]
+    if getattr(module, "is_sliding", False) or getattr(module, "sliding_window", None):
+        return "sliding_attention"
+    return FULL
+
+
+def _hybrid_attention(module, query, key, value, attention_mask, **kwargs):
+    """The model's own eager attention, with the DA mask added in full-attention layers only."""
+    import torch
+
+    eager = sys.modules[type(module).__module__].eager_attention_forward
+    da = _DA_MASK[0]
+    if da is not None and _layer_kind(module) == FULL:
+        da = da[:, :, :, : key.shape[-2]].to(query.device)
+        attention_mask = da if attention_mask is None else torch.minimum(
+            attention_mask[:, :, :, : key.shape[-2]], da)
+    return eager(module, query, key, value, attention_mask, **kwargs)
+
+
+def register_hybrid() -> None:
+    """Register `HYBRID_ATTN` with transformers (idempotent): the attention function above and
+    eager's mask factory, so transformers builds each layer kind's own causal mask for it."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
+
+    AttentionInterface.register(HYBRID_ATTN, _hybrid_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(HYBRID_ATTN, eager_mask)
+
+
 def load_reference(model_path: str, device: str = "cpu", dtype: str = "float32"):
     """The same weights with eager attention (explicit 4D masks), on `device`, in `dtype`:
     float32 (the exact reference) or bfloat16 (the engine's own precision on a GPU, so a
-    bf16 engine's near-ties can be judged against a same-precision replay)."""
+    bf16 engine's near-ties can be judged against a same-precision replay). A hybrid model
+    gets `HYBRID_ATTN` (eager, the DA mask in its global layers only)."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
+    attn = "eager"
+    if is_hybrid(AutoConfig.from_pretrained(model_path)):
+        register_hybrid()
+        attn = HYBRID_ATTN
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype),
-                                                 attn_implementation="eager")
+                                                 attn_implementation=attn)
     return model.to(device).eval()
 
 
@@ -76,6 +141,22 @@ def disagreement_gaps(engine_tokens: list[int], ref_tokens: list[int], gaps: lis
     positions left out): how close to a tie each disagreement was."""
     return [float(gaps[i]) for i, (a, b) in enumerate(zip(engine_tokens, ref_tokens, strict=False))
             if a != b and i not in forced]
+
+
+def forward_logits(model, ids, add):
+    """float32 logits on the CPU of one forward over `ids` with the additive mask `add`: as
+    the attention mask of every layer (full-attention models), or in the global layers only
+    (hybrid models, through `HYBRID_ATTN`; every other layer keeps its own mask)."""
+    import torch
+
+    with torch.no_grad():
+        if model.config._attn_implementation != HYBRID_ATTN:
+            return model(input_ids=ids, attention_mask=add).logits[0].float().cpu()
+        _DA_MASK[0] = add
+        try:
+            return model(input_ids=ids).logits[0].float().cpu()
+        finally:
+            _DA_MASK[0] = None
 
 
 def check(model, prompt_ids: list[int], output_ids: list[int],
@@ -99,8 +180,7 @@ def check(model, prompt_ids: list[int], output_ids: list[int],
         # masks are used as given by transformers' eager attention).
         add = torch.zeros((1, 1, n, n), dtype=dtype)
         add[0, 0][~torch.from_numpy(allow)] = torch.finfo(dtype).min
-        with torch.no_grad():
-            logits = model(input_ids=ids, attention_mask=add.to(dev)).logits[0].float().cpu()
+        logits = forward_logits(model, ids, add.to(dev))
         rows = logits[len(prompt_ids) - 1:]
         res[name] = rows.argmax(-1).tolist()
         if name == "masked":

@@ -8,7 +8,9 @@ bf16), into the lab's home folder.
 
 `llama-8b-dummy` (the benchmarks' and the served runs' model) is only a config.json with
 Llama-3-8B's shapes beside the lab's tokenizer: vLLM makes its weights (load_format="dummy").
-`prepare_model` also gives the tiny model a folder allowing 128k+ positions.
+`prepare_model` also gives the tiny model a folder allowing 128k+ positions, tiny-hybrid the
+same for da-tiny-hybrid, and writes the hybrid benchmark models' config.json
+(gemma4-31b-dummy, qwen36-27b-dummy: models/hybrid_dummy.py, each number's source beside it).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from da_lab.models.cache import lab_home
+from da_lab.models.hybrid_dummy import BENCH_MODELS, bench_config
 from da_lab.models.tiny import tokenizer_json, write_tokenizer_files
 
 SHAPES = {
@@ -103,13 +106,17 @@ def prepare_model(name: str, max_len: int, vocab: int = LLAMA_VOCAB) -> Path:
 
     tiny = build_tiny_model()
     positions = max(131072, 1 << math.ceil(math.log2(max(max_len, 2))))
+    if name == "tiny-hybrid":
+        from da_lab.models.hybrid import build
+
+        tiny = build()          # da-tiny-hybrid: its weights linked like the tiny model's
     folder = bench_home() / name
     folder.mkdir(parents=True, exist_ok=True)
     tok_files = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
     for f in tok_files:
         _write_if_changed(folder / f, (tiny / f).read_text())
     cfg = json.loads((tiny / "config.json").read_text())
-    if name == "tiny":
+    if name in ("tiny", "tiny-hybrid"):
         cfg["max_position_embeddings"] = positions
         src = {f.name for f in tiny.iterdir() if f.suffix == ".safetensors"}
         for f in folder.iterdir():          # weights of an earlier default tiny model
@@ -127,8 +134,12 @@ def prepare_model(name: str, max_len: int, vocab: int = LLAMA_VOCAB) -> Path:
     elif name == "llama-8b-dummy":
         special = {k: cfg[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
         cfg = dict(LLAMA_8B, vocab_size=vocab, max_position_embeddings=positions, **special)
+    elif name in BENCH_MODELS:
+        special = {k: cfg[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+        cfg = bench_config(name, positions, special)
     else:
-        raise ValueError(f"unknown bench model {name!r} (known: tiny, llama-8b-dummy)")
+        raise ValueError(f"unknown bench model {name!r} (known: tiny, tiny-hybrid, "
+                         f"llama-8b-dummy, {', '.join(BENCH_MODELS)})")
     _write_if_changed(folder / "config.json", json.dumps(cfg, indent=2, sort_keys=True))
     tc = json.loads((folder / "tokenizer_config.json").read_text())
     if tc.get("model_max_length") != positions:

