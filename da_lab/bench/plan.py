@@ -36,12 +36,19 @@ def model_fields(model: str, path, block_size: int) -> dict:
     import json
     from pathlib import Path
 
+    from da_lab.engine.validate import is_hybrid
     from da_lab.models.hybrid_dummy import engine_kwargs
 
     cfg = json.loads((Path(path) / "config.json").read_text())
     engine, layout = block_sizes(cfg, block_size)
+    kwargs = engine_kwargs(cfg)
+    if is_hybrid(path):
+        # The hook edits a hybrid model's global rows by copy, read where attention runs
+        # outside CUDA graphs (hook/runners/common.check_groups): every mode of the model,
+        # stock too, runs PIECEWISE graphs, so the rows compare like with like.
+        kwargs.setdefault("compilation_config", {"cudagraph_mode": "PIECEWISE"})
     return {"load_format": "dummy" if model in DUMMY_MODELS else "auto", "block_size": engine,
-            "layout_block_size": layout, "engine_kwargs": engine_kwargs(cfg),
+            "layout_block_size": layout, "engine_kwargs": kwargs,
             "local_blocks": local_blocks(cfg, engine)}
 
 

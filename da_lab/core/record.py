@@ -125,7 +125,7 @@ class RequestStep:
     tokens_unseen: int = 0                    # sampled, not yet read (async scheduling: <= 1)
     events: list[dict] = field(default_factory=list)   # tag events of this step
     staged_row: np.ndarray | None = None      # int32 physical ids, logical order; None: not kept
-    kept_logical: np.ndarray | None = None    # int64 logical blocks the kernel reads; None: all
+    kept_logical: np.ndarray | None = None    # logical blocks the kernel reads; None: all
     # Kept blocks that also hold hidden tokens (the paper's unpadded chunks, rounded outward);
     # None: none (always for the card's whole-block chunks).
     partial_logical: np.ndarray | None = None

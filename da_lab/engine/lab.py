@@ -107,6 +107,8 @@ class Lab:
             eager = not cuda
         if cuda:
             engine_kwargs.setdefault("gpu_memory_utilization", 0.2)
+            if not eager and validate.is_hybrid(self.model):   # hook/runners/common.check_groups
+                engine_kwargs.setdefault("compilation_config", {"cudagraph_mode": "PIECEWISE"})
         self.session = SESSION           # the one door to the DA hook (hook/session.py)
         self.session.configure(record_rows=record_rows)
         self.block_size = block_size
@@ -331,7 +333,7 @@ class Lab:
         return self._kv.changes_from_empty()
 
     def skeleton(self) -> dict:
-        """Diagram 1's data, introspected from the loaded model (see hook/introspect.py)."""
+        """Diagram 1's data, introspected from the loaded model (engine/introspect.py)."""
         from da_lab.engine.introspect import skeleton
 
         return skeleton(self._runner)
@@ -352,9 +354,8 @@ class Lab:
         return header(self.provenance(), self.skeleton(), self.kv_changes_from_empty())
 
     def record(self, path: str | Path):
-        """Record every following step to a trace file (.jsonl.gz, or .parquet for large
-        runs); returns the writer, which `stop_recording()` (or shutdown) closes. Encoding and
-        compression run in a child process (trace_process.py), off the engine's thread."""
+        """Record every following step to a trace (.jsonl.gz, .parquet for large runs); the
+        writer returned, closed by `stop_recording()` or shutdown, encodes in a child process."""
         from da_lab.trace.process import ProcessTraceWriter
 
         self._alive()
@@ -363,8 +364,7 @@ class Lab:
         return self._writer
 
     def stop_recording(self) -> None:
-        """Close the trace: returns once every recorded step is in the file (raises what went
-        wrong writing it, if anything did)."""
+        """Close the trace once every recorded step is in the file (raises what went wrong)."""
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.close()

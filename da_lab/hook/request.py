@@ -35,7 +35,7 @@ class RequestState:
     _partial: np.ndarray | None = None   # of _kept: blocks also holding hidden tokens, or None
     _dir_dict: tuple = (None, None)
     script: list = field(default_factory=list)     # director: [(output index, [token ids])]
-    captured: list[int] = field(default_factory=list)  # V2 runner: sampled tokens, hook-owned
+    captured: list[int] = field(default_factory=list)  # sampled tokens: the hook's own copies
     undecodable: int = 0
     # Set when vLLM recomputed this request (preemption) while it was masked: its later
     # tokens may differ from an uninterrupted run, and the user must be told (Lab, CLI, server).
