@@ -29,6 +29,10 @@ ENGINE = "vllm.v1.engine.llm_engine:LLMEngine"
 ENGINE_ARGS = "vllm.engine.arg_utils:EngineArgs"
 RUNNERS = ("vllm.v1.worker.gpu_model_runner:GPUModelRunner",     # needs.V1 (CPU: a subclass)
            "vllm.v1.worker.gpu.model_runner:GPUModelRunner")     # needs.V2
+# The releases that have the v1 model runner (v1/worker/gpu_model_runner.py, its input batch,
+# block table and CPU subclass): 0.34 removed it and runs the V2 runner alone ("the v1 model
+# runner" in needs.DIFFERENCES; releases.model_runners).
+V1_RANGE = "..0.33.0"
 VLLM_CONFIG = "vllm.config.vllm:VllmConfig"
 MODEL_CONFIG = "vllm.config.model:ModelConfig"
 COMPILATION = "vllm.config.compilation:CompilationConfig"
@@ -93,7 +97,8 @@ ENGINE_NEEDS: tuple[dict, ...] = (
          why="access.output_kind(name) (the Lab, teacher.py: DELTA; eval_engine: FINAL_ONLY)")
       for m in ("DELTA", "FINAL_ONLY")),
     # engine/introspect.py (diagram 1): the loaded model's slots and the config behind them
-    *(_n("introspect", f"{r}.{a}", **kw) for r in RUNNERS
+    *(_n("introspect", f"{r}.{a}", versions=V1_RANGE if r == RUNNERS[0] else "", **kw)
+      for r in RUNNERS
       for a, kw in (("get_model", {}), ("model_config", {"kind": "attribute"}),
                     ("vllm_config", {"kind": "attribute"}))),
     _n("introspect", CUSTOM_OP + "._forward_method", "attribute",
