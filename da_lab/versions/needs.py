@@ -277,8 +277,9 @@ DIFFERENCES: tuple[Difference, ...] = (
                "BlockPool.reset_prefix_cache used to put a new BlockHashToBlockMap in "
                "cached_block_hash_to_block, which engine/kvmap.KVTracker takes as its cue to "
                "re-read the pool; from 0.34 the map is cleared in place (same object), so the "
-               "tracker needs another cue (an empty map while it holds cached blocks) or a "
-               "reset behind the Lab's back leaves cached marks in diagram 2's map"),
+               "tracker needs another cue (a count of the pool's resets, kept by a wrapper on "
+               "its reset_prefix_cache) or a reset behind the Lab's back (llm."
+               "reset_prefix_cache()) leaves stale cached marks in diagram 2's map"),
     Difference("initialize_kv_cache(extensible): the extensible KV cache", "0.34.0..",
                _ev(V2 + ".initialize_kv_cache", accepts=("extensible",)),
                "on CUDA by default unless num_gpu_blocks_override (the Lab sets it) or "

@@ -77,10 +77,9 @@ ENGINE_NEEDS: tuple[dict, ...] = (
     _n("kvmap", SINGLE_TYPE + ".req_to_blocks", "attribute"),
     *(_n("kvmap", f"{POOL}.{a}", "attribute")
       for a in ("blocks", "cached_block_hash_to_block", "enable_caching")),
-    _n("kvmap", "vllm.v1.core.block_pool:BlockHashToBlockMap.__len__",
-       why="len(cached_block_hash_to_block): from 0.34 a prefix-cache reset empties the map in "
-           "place, so an empty map while cached blocks are marked is the tracker's cue to "
-           "re-read the pool (needs.DIFFERENCES, 'prefix-cache reset ...')"),
+    _n("kvmap", POOL + ".reset_prefix_cache",
+       why="wrapped on the tracked pool to count resets, the tracker's cue to re-read the pool: "
+           "from 0.34 a reset clears the hash map in place (needs.DIFFERENCES)"),
     *(_n("kvmap", f"{BLOCK}.{a}", "attribute") for a in ("block_id", "block_hash", "is_null")),
     # engine/access.py, beyond the path above: the KV bytes per token, shutdown, the TP rank
     *(_n("engine", f"{VLLM_CONFIG}.{a}", "attribute")
