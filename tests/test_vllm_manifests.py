@@ -52,6 +52,31 @@ def test_every_common_attention_metadata_field_is_classified(v):
     assert sorted(found) == sorted(cm_fields.fields_for(v))
 
 
+def test_every_manifest_records_every_need_and_evidence():
+    """Each manifest was read for every need and every difference's evidence, whatever
+    releases they apply to: a release that lacks a difference's evidence lacks it in its
+    sources, not because its manifest predates the difference (regenerate them all)."""
+    want = {manifest.key(n) for n in manifest.all_needs()}
+    for v in RELEASES:
+        missing = want - set(_manifest(v)["symbols"])
+        assert not missing, (v, sorted(missing))
+
+
+def test_no_need_of_the_v1_runner_outlives_it():
+    """Where a release has no v1 model runner (0.34: V2 only), no need names its modules:
+    the adapters' v1 needs and diagram 1's reads of it end with the runner."""
+    v1_modules = {"vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu_input_batch",
+                  "vllm.v1.worker.block_table", "vllm.v1.worker.cpu_model_runner"}
+    assert releases.model_runners("0.33.0") == ("v1", "v2")
+    assert releases.model_runners("0.34.0") == releases.model_runners("0.34.0+cu130") == ("v2",)
+    assert releases.model_runners("0.35.0") == ()
+    for v in RELEASES:
+        has_v1 = "v1" in releases.model_runners(v)
+        bad = [n.symbol for n in needs_for(v) if n.module in v1_modules or n.who == "v1"]
+        assert has_v1 or not bad, (v, bad)
+        assert not has_v1 or len(bad) > 20, (v, len(bad))
+
+
 def test_each_difference_holds_in_exactly_its_releases():
     wrong = []
     for d in DIFFERENCES:
@@ -115,23 +140,23 @@ def test_load_decision_over_version_strings():
     assert releases.load_decision("0.28.0", cpu)[0] == "load"
     assert releases.load_decision("0.26.0", gpu)[0] == "load"
     assert releases.load_decision("0.32.0+cpu", cpu)[0] == "load"
-    for v, dist in (("0.33.0", gpu), ("0.26.0", cpu), ("0.30.0", gpu)):
+    for v, dist in (("0.34.0", gpu), ("0.33.0", gpu), ("0.26.0", cpu), ("0.30.0", gpu)):
         action, msg = releases.load_decision(v, dist)
         assert action == "warn" and "da-lab selfcheck" in msg and v in msg and "\n" not in msg
-    for v in ("0.34.0", "0.25.1", "0.31.1", "1.0.0"):
+    for v in ("0.35.0", "0.34.1", "0.25.1", "0.31.1", "1.0.0"):
         action, msg = releases.load_decision(v, gpu)
-        assert action == "refuse" and "0.26.0 ... 0.33.0" in msg and f"found vllm {v}" in msg
+        assert action == "refuse" and "0.26.0 ... 0.34.0" in msg and f"found vllm {v}" in msg
 
 
 def test_a_statically_checked_release_warns(caplog):
     """One warning line per load decision; hook.register() makes it once per process (it
     returns at once when the session says the hook is installed)."""
     with caplog.at_level(logging.WARNING, logger="da_lab.hook"):
-        releases.apply_decision("0.33.0", releases.GPU)
+        releases.apply_decision("0.34.0", releases.GPU)
         releases.apply_decision("0.32.0", releases.CPU)         # run-verified: silent
     assert [r.getMessage().count("da-lab selfcheck") for r in caplog.records] == [1]
-    with pytest.raises(RuntimeError, match="supports vLLM 0.26.0 ... 0.33.0"):
-        releases.apply_decision("0.34.0", releases.GPU)
+    with pytest.raises(RuntimeError, match="supports vLLM 0.26.0 ... 0.34.0"):
+        releases.apply_decision("0.35.0", releases.GPU)
 
 
 def test_cascade_attention_settings_follow_the_release():
@@ -242,5 +267,5 @@ def test_a_drift_is_a_named_problem(tmp_path):
 def test_docs_table_names_every_difference_with_its_releases():
     doc = (ROOT / "docs" / "vllm-internals.md").read_text()
     for d in DIFFERENCES:
-        releases_ = d.versions.replace("..", " … ") if d.versions else "all"
+        releases_ = d.versions.replace("..", " … ").strip() if d.versions else "all"
         assert f"| {d.name} | {releases_} |" in doc, d.name

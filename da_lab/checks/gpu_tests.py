@@ -202,7 +202,8 @@ def run_case(model: str, runner: str, graphs: str, max_tokens: int = 40,
     # A fixed KV cache on the GPU: no memory profiling for the parallel cases to race.
     # Hybrid models: their block size, prompt room and vLLM 0.26 arguments (hybrid_dummy).
     extra = hybrid_dummy.lab_kwargs(model) if model in HYBRID_MODELS else {}
-    lab = Lab(path, **{"num_blocks": 160, "max_model_len": 2048, **extra},
+    sizes = {"num_blocks": 160, "max_model_len": 2048, **extra}
+    lab = Lab(path, **sizes,
               eager=(graphs != "full_and_piecewise"),
               **({"kv_cache_memory_bytes": 1 << 30} if cuda else {}))
     info = {"runner_class": lab.runner_class, "runner_ran": lab.runner_kind,

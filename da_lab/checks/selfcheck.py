@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 PLAIN_TOKENS = 24
 THRESHOLD = 0.25          # the GPU run's default (checks/gpu_tests.py --threshold)
@@ -46,12 +47,13 @@ print("TOKENS", json.dumps(list(out[0].outputs[0].token_ids)), flush=True)
 """
 
 
-def static_check() -> dict:
-    """The installed vLLM's sources against the adapters' needs, without importing vLLM."""
+def static_check(sources: Path | None = None) -> dict:
+    """The installed vLLM's sources (or those of `sources`, a wheel or a folder holding
+    `vllm/`) against the adapters' needs, without importing vLLM."""
     from da_lab.checks import manifest
     from da_lab.versions.needs import RELEASES, needs_for
 
-    root = manifest.installed_root()
+    root = sources or manifest.installed_root()
     if root is None:
         return {"ok": False, "why": "no vLLM installed"}
     m = manifest.build(root)
@@ -62,6 +64,14 @@ def static_check() -> dict:
     ref = json.loads((manifest.MANIFESTS / f"vllm-{v}.json").read_text())
     return {"ok": not bad, "version": v, "needs": len(needs_for(v)), "problems": bad[:5],
             "identical": m["files"] == ref["files"]}
+
+
+def static_line(st: dict) -> str:
+    """The static part of the line."""
+    if not st["ok"]:
+        return f"static: {st.get('why') or '; '.join(st['problems'])}"
+    return (f"static {st['needs']} needs met, sources "
+            + ("= the checked wheel's" if st["identical"] else "differ from the checked wheel's"))
 
 
 def _stock(model: str, prompt_ids: list[int]) -> subprocess.Popen:
@@ -186,11 +196,7 @@ def line(doc: dict) -> str:
     """The one line: PASS/FAIL, vLLM, torch, device, runner, and what was checked."""
     who = (f"{doc.get('vllm', 'vLLM ?')}, torch {doc.get('torch', '?')}, "
            f"{doc.get('device', '?')}, runner {doc.get('runner', '?')}")
-    st = doc["static"]
-    static = (f"static {st['needs']} needs met" + (", sources = the checked wheel's"
-                                                   if st["identical"] else
-                                                   ", sources differ from the checked wheel's")
-              if st["ok"] else f"static: {st.get('why') or '; '.join(st['problems'])}")
+    static = static_line(doc["static"])
     if "error" in doc:
         return f"FAIL da-lab selfcheck: {who}: {doc['error']}; {static} [{doc['seconds']} s]"
     o, p = doc["oracle"], doc["plain_equals_stock"]
@@ -204,6 +210,23 @@ def line(doc: dict) -> str:
             f"{plain}; {static} [{doc['seconds']} s]")
 
 
+def main_static(paths: list[Path]) -> int:
+    """`python -m da_lab.checks.selfcheck --static WHEEL_OR_DIR...`: the static part alone, on
+    sources that need not be installed (a release whose torch this machine lacks: 0.33, 0.34),
+    with the model runners the release has; the engine parts need the release installed."""
+    from da_lab.versions.releases import model_runners
+
+    status = 0
+    for p in paths:
+        st = static_check(p)
+        v = st.get("version", "?")
+        runners = ", ".join(model_runners(v)) or "none the hook knows"
+        print(f"{'PASS' if st['ok'] else 'FAIL'} static {p.name}: vLLM {v} (runners: {runners})"
+              f": {static_line(st)}")
+        status |= not st["ok"]
+    return status
+
+
 def main(json_out: bool = False) -> int:
     from da_lab.engine.env import LOG_TO_STDERR, apply_env, quiet_stdout
 
@@ -213,3 +236,11 @@ def main(json_out: bool = False) -> int:
     out.write((json.dumps(doc) if json_out else line(doc)) + "\n")
     out.flush()
     return 0 if doc["passed"] else 1
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="the static part of `da-lab selfcheck`")
+    ap.add_argument("--static", nargs="+", type=Path, required=True, metavar="WHEEL_OR_DIR")
+    sys.exit(main_static(ap.parse_args().static))

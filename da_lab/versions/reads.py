@@ -238,7 +238,15 @@ READS: dict[str, dict[str, object]] = {
         "LLM": LLM, "self.llm": LLM, "self.engine": ENGINE, "self.core": CORE,
         "self.runner": RUNNERS, "vc": VLLM_CONFIG, "mc": MODEL_CONFIG, "cc": CACHE_CONFIG,
         "child.llm": LLM,
+        # LLM(**kwargs): the spec's keywords, a hybrid model's (bench/plan.model_fields,
+        # models/hybrid_dummy.engine_kwargs) and the release's (releases.engine_kwargs)
+        "**kwargs": ("model", "tokenizer", "dtype", "block_size", "seed", "max_model_len",
+                     "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching",
+                     "enforce_eager", "gpu_memory_utilization", "load_format",
+                     "num_gpu_blocks_override", "hf_overrides", "language_model_only",
+                     "compilation_config", "disable_cascade_attn"),
     },
+    "da_lab.bench.plan": {"engine": PLAIN},
     "da_lab.bench.measure": {"SamplingParams": SAMPLING, "self.engine": ENGINE},
     "da_lab.bench.recorder": {"core": CORE, "runner": RUNNERS},
     "da_lab.bench.profiling": {"class_name:obj": ANY},
@@ -248,7 +256,11 @@ READS: dict[str, dict[str, object]] = {
     "da_lab.bench.timing.hook_cpu.STOCK": {**_GEN, "llm": LLM, "eng": ENGINE},
     "da_lab.bench.timing.lab_cpu": {"lab.engine": ENGINE, "engine": PLAIN},
     "da_lab.bench.timing.serve_gpu": {"vllm": "vllm"},
-    "da_lab.checks.gpu_tests": {"lab.llm": LLM, "run_case:runner": PLAIN},
+    "da_lab.checks.gpu_tests": {"lab.llm": LLM, "run_case:runner": PLAIN,
+                                # Lab(**{...}): the hybrid models' (hybrid_dummy.lab_kwargs)
+                                "**sizes": (
+                                    "num_blocks", "max_model_len", "block_size",
+                                    "hf_overrides", "language_model_only")},
     "da_lab.checks.selfcheck.STOCK": {**_GEN, "llm": LLM, "out[]": OUTPUT},
     "da_lab.checks.tp_check": {**_GEN, "llm": LLM, "run:o": OUTPUT, "args.runner": PLAIN},
     "da_lab.training.eval.eval_engine": {"lab.llm": LLM, "lab.engine": ENGINE,

