@@ -23,6 +23,14 @@ def forced_argmax(lab, prompt: DAPrompt | list[int], tokens: list[int], *,
     """The model's greedy token at each of `tokens`' positions when `prompt` is followed by
     exactly `tokens` (all forced). Runs the engine until this request is done; any other
     request in the Lab must be finished first (their steps would not be recorded)."""
+    return [top1(lp) for lp in forced_logprobs(lab, prompt, tokens, request_id=request_id)]
+
+
+def forced_logprobs(lab, prompt: DAPrompt | list[int], tokens: list[int], *,
+                    request_id: str, k: int = 1) -> list[dict]:
+    """Each position's top-`k` logprobs ({token id: Logprob}, vLLM's) when `prompt` is
+    followed by exactly `tokens` (all forced), as `forced_argmax` runs it: the model's whole
+    distribution there, for the logprob verdict (checks/logprob_verdict.py)."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
@@ -36,16 +44,16 @@ def forced_argmax(lab, prompt: DAPrompt | list[int], tokens: list[int], *,
                        [[0, [int(t) for t in tokens]]])
     ids = list(prompt.token_ids) if isinstance(prompt, DAPrompt) else list(prompt)
     params = SamplingParams(temperature=0.0, max_tokens=len(tokens), ignore_eos=True,
-                            logprobs=1, output_kind=RequestOutputKind.DELTA, extra_args=extra)
+                            logprobs=k, output_kind=RequestOutputKind.DELTA, extra_args=extra)
     lab.engine.add_request(request_id, {"prompt_token_ids": ids}, params)
-    got: list[int] = []
+    got: list[dict] = []
     written: list[int] = []
     while lab.engine.has_unfinished_requests():
         for o in lab.engine.step():
             if o.request_id == request_id:
                 c = o.outputs[0]
                 written += list(c.token_ids)
-                got += [top1(lp) for lp in (c.logprobs or [])]
+                got += list(c.logprobs or [])
         lab.hook.discard_steps()         # these steps are not the Lab's to record
     lab._kv.invalidate()     # the KV map changed in steps the Lab did not see
     if written != [int(t) for t in tokens] or len(got) != len(tokens):
