@@ -40,6 +40,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 
 from da_lab.checks import shared_prefix
+from da_lab.checks.logprob_verdict import TOPK, engine_topk, judge_case, lp_rows, replay, summary
 from da_lab.checks.verdict import compare_graphs, score
 
 MODELS = ("tiny", "llama-1b-dummy")
@@ -99,14 +100,14 @@ def drive(lab, prompt: dict, max_tokens: int) -> tuple[dict, dict]:
     """The scenarios together on `lab` (`prompt`: each one's); (per-request results, facts).
     The first shared-prefix reader runs one step alone (its prefill caches the corpus), then
     everything else joins."""
-    # logprobs=2: the engine's own top-2 gap at each position, to tell a wrong mask from a
-    # bf16 near-tie where the engine and the references disagree.
+    # logprobs=TOPK: the engine's top-k at each position, for the logprob verdict; its top-2
+    # gap tells the argmax verdict a wrong mask from a bf16 near-tie.
     tags = {**SCENARIOS, **{name: t for name, (_, t) in SHARED_PREFIX.items()}}
     first, *rest = SHARED_PREFIX
 
     def add(name: str) -> str:
         return lab.add_request(prompt[name], tags=tags[name], max_tokens=max_tokens,
-                               logprobs=2)
+                               logprobs=TOPK)
 
     da_ids = {first: add(first)}
     recs = [lab.step()]
@@ -121,7 +122,8 @@ def drive(lab, prompt: dict, max_tokens: int) -> tuple[dict, dict]:
     for name, da_id in da_ids.items():
         st, r = lab.request_state(da_id), lab.requests[da_id]
         reqs[name] = {"tokens": r["token_ids"], "forced": sorted(r["forced"]),
-                      "history": _history(st),
+                      "history": _history(st), "prompt_len": len(prompt[name].token_ids),
+                      "topk": [engine_topk(lp) for lp in r.get("logprobs", [])],
                       "engine_gap": [_top2_gap(lp) for lp in r.get("logprobs", [])],
                       "events": [e["kind"] for e in st.events],
                       "masked_steps": sum(k is not None for _, _, k in st.mask_history)}
@@ -138,15 +140,16 @@ def _top2_gap(logprobs: dict) -> float | None:
 def _teacher_force(lab, prompt, reqs: dict, eager: dict) -> None:
     """Each request's eager token stream replayed on this engine: its own greedy choice at
     every position (engine/teacher.py)."""
-    from da_lab.engine.teacher import forced_argmax
+    from da_lab.engine.teacher import forced_logprobs, top1
 
     for name, r in reqs.items():
         e = (eager.get("requests") or {}).get(name)
         if e is not None:
             r["eager_tokens"] = e["tokens"]
             da_id = f"teacher-{name}"
-            r["forced_argmax"] = forced_argmax(lab, prompt[name], e["tokens"],
-                                               request_id=da_id)
+            lps = forced_logprobs(lab, prompt[name], e["tokens"], request_id=da_id, k=TOPK)
+            r["forced_argmax"] = [top1(lp) for lp in lps]
+            r["forced_topk"] = [engine_topk(lp) for lp in lps]
             r["forced_history"] = _history(lab.request_state(da_id))
 
 
@@ -154,25 +157,40 @@ def _history(st) -> list:
     return [(a, b, None if k is None else [int(x) for x in k]) for a, b, k in st.mask_history]
 
 
-def references(path: str, prompt, reqs: dict, device: str) -> None:
-    """Both references' masked (and the float32 one's unmasked) replays of every request."""
+def references(path: str, prompt, reqs: dict, device: str) -> dict:
+    """Both references' masked (and the float32 one's unmasked) replays of every request, one
+    forward per mask history: the argmax verdict's tokens and gaps, and for the logprob
+    verdict each one's logits at the engine's top-k (float32: masked, unmasked, one block
+    off; bfloat16: masked, and its error). Returns the model's shape facts."""
     import torch
 
-    from da_lab.checks.oracle import check, load_reference
+    from da_lab.checks.oracle import from_logits, load_reference
 
+    # A float32 reference multiplies in float32 (vLLM's worker sets torch's matmul precision
+    # from VLLM_FLOAT32_MATMUL_PRECISION; TF32 would blur the exact side of the verdicts).
+    torch.set_float32_matmul_precision("highest")
     for dtype in REFERENCES:
         ref = load_reference(path, device=device, dtype=dtype)
         sfx = "" if dtype == "float32" else "_bf16"
         for name, r in reqs.items():
-            res = check(ref, prompt[name].token_ids, r["tokens"], r["history"],
-                        prompt[name].layout.block_size, set(r["forced"]))
+            p = prompt[name]
+            logits = replay(ref, p.token_ids, r, p.layout.block_size, float32=not sfx)
+            res = from_logits(r["tokens"], set(r["forced"]), logits["masked"],
+                              logits.get("unmasked"))
             r["ref_masked" + sfx] = res.masked_tokens
             r["gap" + sfx] = [round(g, 4) for g in res.top2_gap]
             if not sfx:
                 r["ref_unmasked"] = res.unmasked_tokens
+            if r.get("topk"):
+                r.setdefault("lp_refs", {}).update(lp_rows(r, logits))
+        # inner_dim: the longest dot product (the float32 accumulation term of the bound).
+        shape = {"inner_dim": max(ref.config.hidden_size,
+                                  getattr(ref.config, "intermediate_size", 0) or 0),
+                 "layers": ref.config.num_hidden_layers}
         del ref
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+    return shape
 
 
 def run_case(model: str, runner: str, graphs: str, max_tokens: int = 40,
@@ -208,8 +226,10 @@ def run_case(model: str, runner: str, graphs: str, max_tokens: int = 40,
     del lab
     if cuda:
         torch.cuda.empty_cache()
-    references(path, prompt, reqs, "cuda" if cuda else "cpu")
-    return {"model": model, "runner": runner, "graphs": graphs, **info, "requests": reqs}
+    shape = references(path, prompt, reqs, "cuda" if cuda else "cpu")
+    # The Lab's dtype="auto": bfloat16 on a GPU, float32 on the CPU.
+    return {"model": model, "runner": runner, "graphs": graphs, **info, **shape,
+            "engine_dtype": "bfloat16" if cuda else "float32", "requests": reqs}
 
 
 def child(args) -> int:
@@ -290,6 +310,7 @@ def _rows(results: list[dict], threshold: float) -> list[dict]:
                     row.update(cmp)
                     row["passed"] = (row["passed"] and cmp["eager_mismatches"] == 0
                                      and cmp["eager_tokens_compared"] > 0)
+            judge_case(row, c, e)
         rows.append(row)
     return rows
 
@@ -358,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{g16.get('max')} teacher-forced={r.get('eager_tokens_compared', '-')}/"
               f"{r.get('eager_mismatches', '-')} "
               f"shared-prefix={_shared_word(r.get('shared_prefix'))} "
+              f"{summary(r)}"
               f"{r.get('error', '')[:300]}")
     print(f"wrote {out}")
     return 0 if all(r["passed"] for r in rows) else 1
