@@ -65,7 +65,7 @@ TIERS = {
                "test_eval_smollm2", "test_smollm2", "test_finetune_smollm2",
                "test_task_train_eval", "test_quiet", "test_validation", "test_oracle_refs",
                "test_one_lab", "test_paper_engine", "test_readers", "test_shared_prefix",
-               "test_paper_lesson"],
+               "test_paper_lesson", "test_logprob_verdict"],
     "serve": ["test_serve", "test_serve_hostile", "test_serve_refused", "test_serve_doors"],
     "browser": ["test_browser", "test_lessons_browser", "test_page", "test_page_paper",
                 "test_widgets",
