@@ -25,7 +25,9 @@ starts), all cases at once on the one GPU. A case:
      --threshold *and* the bfloat16 reference disagrees with the engine too *and* the engine's
      own top-2 gap (logprobs=2) is above two bfloat16 steps (verdict.ENGINE_TIE): where the
      engine's own logits tie, its choice is a rounding coin flip, counted as `engine_ties`.
-     Each case reports how close to a tie its disagreements were (per reference).
+     Each case reports how close to a tie its disagreements were (per reference): this
+     argmax rule stays as `argmax_passed`; the case's verdict is the logprob rule
+     (checks/logprob_verdict.py), which a mask one block off must fail.
 The unmasked reference must differ somewhere, or the case proves nothing and fails.
 """
 
