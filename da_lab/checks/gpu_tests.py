@@ -41,8 +41,8 @@ import time
 from datetime import UTC, date, datetime
 from pathlib import Path
 
+from da_lab.checks import logprob_verdict as lv
 from da_lab.checks import shared_prefix
-from da_lab.checks.logprob_verdict import TOPK, engine_topk, judge_case, lp_rows, replay, summary
 from da_lab.checks.verdict import compare_graphs, score
 
 MODELS = ("tiny", "llama-1b-dummy")
@@ -102,14 +102,13 @@ def drive(lab, prompt: dict, max_tokens: int) -> tuple[dict, dict]:
     """The scenarios together on `lab` (`prompt`: each one's); (per-request results, facts).
     The first shared-prefix reader runs one step alone (its prefill caches the corpus), then
     everything else joins."""
-    # logprobs=TOPK: the engine's top-k at each position, for the logprob verdict; its top-2
-    # gap tells the argmax verdict a wrong mask from a bf16 near-tie.
+    # The logprob verdict's top-k at each position; its top-2 gap serves the argmax verdict.
     tags = {**SCENARIOS, **{name: t for name, (_, t) in SHARED_PREFIX.items()}}
     first, *rest = SHARED_PREFIX
 
     def add(name: str) -> str:
         return lab.add_request(prompt[name], tags=tags[name], max_tokens=max_tokens,
-                               logprobs=TOPK)
+                               logprobs=lv.TOPK)
 
     da_ids = {first: add(first)}
     recs = [lab.step()]
@@ -125,7 +124,7 @@ def drive(lab, prompt: dict, max_tokens: int) -> tuple[dict, dict]:
         st, r = lab.request_state(da_id), lab.requests[da_id]
         reqs[name] = {"tokens": r["token_ids"], "forced": sorted(r["forced"]),
                       "history": _history(st), "prompt_len": len(prompt[name].token_ids),
-                      "topk": [engine_topk(lp) for lp in r.get("logprobs", [])],
+                      "topk": [lv.engine_topk(lp) for lp in r.get("logprobs", [])],
                       "engine_gap": [_top2_gap(lp) for lp in r.get("logprobs", [])],
                       "events": [e["kind"] for e in st.events],
                       "masked_steps": sum(k is not None for _, _, k in st.mask_history)}
@@ -149,9 +148,9 @@ def _teacher_force(lab, prompt, reqs: dict, eager: dict) -> None:
         if e is not None:
             r["eager_tokens"] = e["tokens"]
             da_id = f"teacher-{name}"
-            lps = forced_logprobs(lab, prompt[name], e["tokens"], request_id=da_id, k=TOPK)
+            lps = forced_logprobs(lab, prompt[name], e["tokens"], request_id=da_id, k=lv.TOPK)
             r["forced_argmax"] = [top1(lp) for lp in lps]
-            r["forced_topk"] = [engine_topk(lp) for lp in lps]
+            r["forced_topk"] = [lv.engine_topk(lp) for lp in lps]
             r["forced_history"] = _history(lab.request_state(da_id))
 
 
@@ -160,23 +159,19 @@ def _history(st) -> list:
 
 
 def references(path: str, prompt, reqs: dict, device: str) -> dict:
-    """Both references' masked (and the float32 one's unmasked) replays of every request, one
-    forward per mask history: the argmax verdict's tokens and gaps, and for the logprob
-    verdict each one's logits at the engine's top-k (float32: masked, unmasked, one block
-    off; bfloat16: masked, and its error). Returns the model's shape facts."""
+    """Both references' replays of every request, one forward per mask history: the argmax
+    verdict's tokens and gaps, the logprob verdict's rows; returns the model's shape facts."""
     import torch
 
     from da_lab.checks.oracle import from_logits, load_reference
 
-    # A float32 reference multiplies in float32 (vLLM's worker sets torch's matmul precision
-    # from VLLM_FLOAT32_MATMUL_PRECISION; TF32 would blur the exact side of the verdicts).
-    torch.set_float32_matmul_precision("highest")
+    torch.set_float32_matmul_precision("highest")   # vLLM's worker may have set TF32
     for dtype in REFERENCES:
         ref = load_reference(path, device=device, dtype=dtype)
         sfx = "" if dtype == "float32" else "_bf16"
         for name, r in reqs.items():
             p = prompt[name]
-            logits = replay(ref, p.token_ids, r, p.layout.block_size, float32=not sfx)
+            logits = lv.replay(ref, p.token_ids, r, p.layout.block_size, float32=not sfx)
             res = from_logits(r["tokens"], set(r["forced"]), logits["masked"],
                               logits.get("unmasked"))
             r["ref_masked" + sfx] = res.masked_tokens
@@ -184,11 +179,8 @@ def references(path: str, prompt, reqs: dict, device: str) -> dict:
             if not sfx:
                 r["ref_unmasked"] = res.unmasked_tokens
             if r.get("topk"):
-                r.setdefault("lp_refs", {}).update(lp_rows(r, logits))
-        # inner_dim: the longest dot product (the float32 accumulation term of the bound).
-        shape = {"inner_dim": max(ref.config.hidden_size,
-                                  getattr(ref.config, "intermediate_size", 0) or 0),
-                 "layers": ref.config.num_hidden_layers}
+                r.setdefault("lp_refs", {}).update(lv.lp_rows(r, logits))
+        shape = lv.shape_facts(ref.config)
         del ref
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -312,7 +304,7 @@ def _rows(results: list[dict], threshold: float) -> list[dict]:
                     row.update(cmp)
                     row["passed"] = (row["passed"] and cmp["eager_mismatches"] == 0
                                      and cmp["eager_tokens_compared"] > 0)
-            judge_case(row, c, e)
+            lv.judge_case(row, c, e)
         rows.append(row)
     return rows
 
@@ -381,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{g16.get('max')} teacher-forced={r.get('eager_tokens_compared', '-')}/"
               f"{r.get('eager_mismatches', '-')} "
               f"shared-prefix={_shared_word(r.get('shared_prefix'))} "
-              f"{summary(r)}"
+              f"{lv.summary(r)}"
               f"{r.get('error', '')[:300]}")
     print(f"wrote {out}")
     return 0 if all(r["passed"] for r in rows) else 1

@@ -89,6 +89,15 @@ def bound(scale: float, r16: float, dtype: str, inner: int) -> float:
     return Z * r16 * scale * site_error(dtype, inner) / site_error("bfloat16", inner)
 
 
+def shape_facts(config) -> dict:
+    """The model facts the bound reads: `inner_dim` (the longest dot product, the float32
+    accumulation term of `site_error`) and the layer count, from a transformers config (its
+    text config for a multimodal one)."""
+    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return {"inner_dim": max(cfg.hidden_size, getattr(cfg, "intermediate_size", 0) or 0),
+            "layers": cfg.num_hidden_layers}
+
+
 def replay(ref, prompt_ids: list[int], r: dict, block_size: int, float32: bool) -> dict:
     """The reference's logits (one row per output) on request doc `r`'s tokens under its mask
     history; the float32 reference's also unmasked and one block off."""
