@@ -167,8 +167,20 @@ def test_gpu_tests_cpu_smoke_runs_every_step_of_a_case(tmp_path):
     forced = [c for c in cases if "eager_tokens_compared" in c]
     assert forced and forced[0]["eager_tokens_compared"] > 0
     assert forced[0]["eager_not_comparable_mask_timing"] == 0     # no async lag on the CPU
+    # Both verdicts ran; the logprob one decided, and its wrong masks failed it.
+    for c in cases:
+        assert c["argmax_passed"] and c["logprob_passed"]
+        assert c["logprob"]["informative"] >= c["logprob"]["n_min"]
+        assert not c["wrong_mask"]["passed"] and c["wrong_mask"]["bound_violations_masked"]
+        assert not c["unmasked_as_mask"]["passed"]
+    # the teacher-forced top-k: every position, the director's too (argmax: the model's only)
+    g = forced[0]["logprob_graphs"]
+    assert g["passed"] and g["positions"] > forced[0]["eager_tokens_compared"]
     # the engine's own top-2 gap at every position (logprobs=2), the greedy token's the larger
     raw = json.loads((tmp_path / "gt" / "tiny-v1-eager.json").read_text())
     for req in raw["requests"].values():
         assert len(req["engine_gap"]) == len(req["tokens"])
         assert all(g is not None and g >= 0 for g in req["engine_gap"]), req["engine_gap"]
+        # ... and its top-k, with each reference's logits at the same tokens
+        assert len(req["topk"]) == len(req["tokens"]) == len(req["lp_refs"]["one_block_off"])
+        assert all(len(ids) >= 20 for ids, _ in req["topk"])

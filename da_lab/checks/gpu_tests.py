@@ -25,7 +25,9 @@ starts), all cases at once on the one GPU. A case:
      --threshold *and* the bfloat16 reference disagrees with the engine too *and* the engine's
      own top-2 gap (logprobs=2) is above two bfloat16 steps (verdict.ENGINE_TIE): where the
      engine's own logits tie, its choice is a rounding coin flip, counted as `engine_ties`.
-     Each case reports how close to a tie its disagreements were (per reference).
+     Each case reports how close to a tie its disagreements were (per reference): this
+     argmax rule stays as `argmax_passed`; the case's verdict is the logprob rule
+     (checks/logprob_verdict.py), which a mask one block off must fail.
 The unmasked reference must differ somewhere, or the case proves nothing and fails.
 
 Hybrid models (issue 55; not in the default --models): `--models gemma4-dummy,qwen35-dummy`
@@ -45,6 +47,7 @@ import time
 from datetime import UTC, date, datetime
 from pathlib import Path
 
+from da_lab.checks import logprob_verdict as lv
 from da_lab.checks import shared_prefix
 from da_lab.checks.verdict import compare_graphs, score
 from da_lab.models import hybrid_dummy
@@ -109,14 +112,13 @@ def drive(lab, prompt: dict, max_tokens: int) -> tuple[dict, dict]:
     """The scenarios together on `lab` (`prompt`: each one's); (per-request results, facts).
     The first shared-prefix reader runs one step alone (its prefill caches the corpus), then
     everything else joins."""
-    # logprobs=2: the engine's own top-2 gap at each position, to tell a wrong mask from a
-    # bf16 near-tie where the engine and the references disagree.
+    # The logprob verdict's top-k at each position; its top-2 gap serves the argmax verdict.
     tags = {**SCENARIOS, **{name: t for name, (_, t) in SHARED_PREFIX.items()}}
     first, *rest = SHARED_PREFIX
 
     def add(name: str) -> str:
         return lab.add_request(prompt[name], tags=tags[name], max_tokens=max_tokens,
-                               logprobs=2)
+                               logprobs=lv.TOPK)
 
     da_ids = {first: add(first)}
     recs = [lab.step()]
@@ -131,7 +133,8 @@ def drive(lab, prompt: dict, max_tokens: int) -> tuple[dict, dict]:
     for name, da_id in da_ids.items():
         st, r = lab.request_state(da_id), lab.requests[da_id]
         reqs[name] = {"tokens": r["token_ids"], "forced": sorted(r["forced"]),
-                      "history": _history(st),
+                      "history": _history(st), "prompt_len": len(prompt[name].token_ids),
+                      "topk": [lv.engine_topk(lp) for lp in r.get("logprobs", [])],
                       "engine_gap": [_top2_gap(lp) for lp in r.get("logprobs", [])],
                       "events": [e["kind"] for e in st.events],
                       "masked_steps": sum(k is not None for _, _, k in st.mask_history)}
@@ -148,15 +151,16 @@ def _top2_gap(logprobs: dict) -> float | None:
 def _teacher_force(lab, prompt, reqs: dict, eager: dict) -> None:
     """Each request's eager token stream replayed on this engine: its own greedy choice at
     every position (engine/teacher.py)."""
-    from da_lab.engine.teacher import forced_argmax
+    from da_lab.engine.teacher import forced_logprobs, top1
 
     for name, r in reqs.items():
         e = (eager.get("requests") or {}).get(name)
         if e is not None:
             r["eager_tokens"] = e["tokens"]
             da_id = f"teacher-{name}"
-            r["forced_argmax"] = forced_argmax(lab, prompt[name], e["tokens"],
-                                               request_id=da_id)
+            lps = forced_logprobs(lab, prompt[name], e["tokens"], request_id=da_id, k=lv.TOPK)
+            r["forced_argmax"] = [top1(lp) for lp in lps]
+            r["forced_topk"] = [lv.engine_topk(lp) for lp in lps]
             r["forced_history"] = _history(lab.request_state(da_id))
 
 
@@ -164,25 +168,33 @@ def _history(st) -> list:
     return [(a, b, None if k is None else [int(x) for x in k]) for a, b, k in st.mask_history]
 
 
-def references(path: str, prompt, reqs: dict, device: str) -> None:
-    """Both references' masked (and the float32 one's unmasked) replays of every request."""
+def references(path: str, prompt, reqs: dict, device: str) -> dict:
+    """Both references' replays of every request, one forward per mask history: the argmax
+    verdict's tokens and gaps, the logprob verdict's rows; returns the model's shape facts."""
     import torch
 
-    from da_lab.checks.oracle import check, load_reference
+    from da_lab.checks.oracle import from_logits, load_reference
 
+    torch.set_float32_matmul_precision("highest")   # vLLM's worker may have set TF32
     for dtype in REFERENCES:
         ref = load_reference(path, device=device, dtype=dtype)
         sfx = "" if dtype == "float32" else "_bf16"
         for name, r in reqs.items():
-            res = check(ref, prompt[name].token_ids, r["tokens"], r["history"],
-                        prompt[name].layout.block_size, set(r["forced"]))
+            p = prompt[name]
+            logits = lv.replay(ref, p.token_ids, r, p.layout.block_size, float32=not sfx)
+            res = from_logits(r["tokens"], set(r["forced"]), logits["masked"],
+                              logits.get("unmasked"))
             r["ref_masked" + sfx] = res.masked_tokens
             r["gap" + sfx] = [round(g, 4) for g in res.top2_gap]
             if not sfx:
                 r["ref_unmasked"] = res.unmasked_tokens
+            if r.get("topk"):
+                r.setdefault("lp_refs", {}).update(lv.lp_rows(r, logits))
+        shape = lv.shape_facts(ref.config)
         del ref
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+    return shape
 
 
 def run_case(model: str, runner: str, graphs: str, max_tokens: int = 40,
@@ -222,8 +234,10 @@ def run_case(model: str, runner: str, graphs: str, max_tokens: int = 40,
     del lab
     if cuda:
         torch.cuda.empty_cache()
-    references(path, prompt, reqs, "cuda" if cuda else "cpu")
-    return {"model": model, "runner": runner, "graphs": graphs, **info, "requests": reqs}
+    shape = references(path, prompt, reqs, "cuda" if cuda else "cpu")
+    # The Lab's dtype="auto": bfloat16 on a GPU, float32 on the CPU.
+    return {"model": model, "runner": runner, "graphs": graphs, **info, **shape,
+            "engine_dtype": "bfloat16" if cuda else "float32", "requests": reqs}
 
 
 def child(args) -> int:
@@ -304,6 +318,7 @@ def _rows(results: list[dict], threshold: float) -> list[dict]:
                     row.update(cmp)
                     row["passed"] = (row["passed"] and cmp["eager_mismatches"] == 0
                                      and cmp["eager_tokens_compared"] > 0)
+            lv.judge_case(row, c, e)
         rows.append(row)
     return rows
 
@@ -372,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{g16.get('max')} teacher-forced={r.get('eager_tokens_compared', '-')}/"
               f"{r.get('eager_mismatches', '-')} "
               f"shared-prefix={_shared_word(r.get('shared_prefix'))} "
+              f"{lv.summary(r)}"
               f"{r.get('error', '')[:300]}")
     print(f"wrote {out}")
     return 0 if all(r["passed"] for r in rows) else 1

@@ -187,3 +187,35 @@ def check(model, prompt_ids: list[int], output_ids: list[int],
             top2 = rows.topk(2, dim=-1).values
             res["gap"] = (top2[:, 0] - top2[:, 1]).tolist()
     return OracleResult(list(output_ids), set(forced), res["masked"], res["unmasked"], res["gap"])
+
+
+
+def reference_logits(model, prompt_ids: list[int], output_ids: list[int],
+                     history: list[tuple[int, int, tuple[int, ...] | None]] | None,
+                     block_size: int):
+    """The reference's float32 logits (CPU tensor, one row per output position: the
+    distribution output i was chosen from) with prompt + output[:-1] replayed under `history`
+    (None: plain causal attention): what `check` computes, kept whole for the logprob verdict
+    (checks/logprob_verdict.py)."""
+    import torch
+
+    seq = list(prompt_ids) + list(output_ids[:-1])
+    n = len(seq)
+    allow = (np.tril(np.ones((n, n), dtype=bool)) if history is None
+             else mask_matrix(n, history, block_size))
+    p0 = next(model.parameters())
+    add = torch.zeros((1, 1, n, n), dtype=p0.dtype)
+    add[0, 0][~torch.from_numpy(allow)] = torch.finfo(p0.dtype).min
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([seq], device=p0.device),
+                       attention_mask=add.to(p0.device)).logits[0]
+    return logits[len(prompt_ids) - 1:].float().cpu()
+
+
+def from_logits(output_ids: list[int], forced: set[int], masked_rows,
+                unmasked_rows=None) -> OracleResult:
+    """`check`'s result from `reference_logits` rows (no unmasked rows: no unmasked tokens)."""
+    top2 = masked_rows.topk(2, dim=-1).values
+    return OracleResult(list(output_ids), set(forced), masked_rows.argmax(-1).tolist(),
+                        [] if unmasked_rows is None else unmasked_rows.argmax(-1).tolist(),
+                        (top2[:, 0] - top2[:, 1]).tolist())

@@ -23,6 +23,14 @@ def forced_argmax(lab, prompt: DAPrompt | list[int], tokens: list[int], *,
     """The model's greedy token at each of `tokens`' positions when `prompt` is followed by
     exactly `tokens` (all forced). Runs the engine until this request is done; any other
     request in the Lab must be finished first (their steps would not be recorded)."""
+    return [top1(lp) for lp in forced_logprobs(lab, prompt, tokens, request_id=request_id)]
+
+
+def forced_logprobs(lab, prompt: DAPrompt | list[int], tokens: list[int], *,
+                    request_id: str, k: int = 1) -> list[dict]:
+    """Each position's top-`k` logprobs ({token id: Logprob}, vLLM's) when `prompt` is
+    followed by exactly `tokens` (all forced), as `forced_argmax` runs it: the model's whole
+    distribution there, for the logprob verdict (checks/logprob_verdict.py)."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
@@ -36,15 +44,15 @@ def forced_argmax(lab, prompt: DAPrompt | list[int], tokens: list[int], *,
                        [[0, [int(t) for t in tokens]]])
     ids = list(prompt.token_ids) if isinstance(prompt, DAPrompt) else list(prompt)
     params = SamplingParams(temperature=0.0, max_tokens=len(tokens), ignore_eos=True,
-                            logprobs=1, output_kind=RequestOutputKind.DELTA, extra_args=extra)
+                            logprobs=k, output_kind=RequestOutputKind.DELTA, extra_args=extra)
     lab.engine.add_request(request_id, {"prompt_token_ids": ids}, params)
-    got: list[int] = []
+    got: list[dict] = []
     written: list[int] = []
     for es in lab.steps_until_done():    # not the Lab's records: nothing is recorded
         for o in es.outputs:
             if o.req == request_id:
                 written += list(o.token_ids)
-                got += [top1(lp) for lp in (o.logprobs or [])]
+                got += list(o.logprobs or [])
     if written != [int(t) for t in tokens] or len(got) != len(tokens):
         raise RuntimeError(f"teacher forcing: the engine wrote {len(written)} tokens with "
                            f"{len(got)} logprobs, not the {len(tokens)} forced ones")
