@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 
-from da_lab.core.layout import Layout
+from da_lab.core.layout import MAX_CHUNKS, Layout
 from da_lab.core.tags import Closing, Directive, parse_tag
 
 EXTRA_LAYOUT = "da_layout"      # SamplingParams.extra_args key: the Layout
@@ -29,8 +29,7 @@ EXTRA_ID = "da_id"              # the caller's request id (the worker sees an in
 _LAYOUT_KEYS = {"block_size", "head_blocks", "chunk_blocks", "prompt_len", "hidden"}
 _SPAN_KEYS = {"block_size", "chunk_spans", "prompt_len", "hidden"}
 _OPTIONAL = {"prompt_len", "hidden"}      # hidden: chunks FOCUS never keeps (the eval's ablation)
-# Chunks one layout may name: far beyond any real prompt, and a bound on what a request costs.
-MAX_CHUNKS = 1 << 16
+# MAX_CHUNKS (core/layout.py): chunks one layout may name, a bound on what a request costs.
 # A wire value past this many characters is refused before it is parsed: a real layout of
 # 4,096 one-block chunks is ~8 kB, and a deeply nested one must not reach json's recursion.
 MAX_WIRE_CHARS = 1 << 20
@@ -110,8 +109,9 @@ def layout_fields(value, *, block_size: int | None = None):
         raise ValueError(f"{what}.block_size is {bs} but the engine's KV blocks hold "
                          f"{block_size} tokens: build the prompt for block size {block_size}")
     hidden = d.get("hidden", [])
-    if not isinstance(hidden, list):
-        raise ValueError(f"{what}.hidden must be a list of chunk numbers, not {_short(hidden)}")
+    if not isinstance(hidden, list) or len(hidden) > MAX_CHUNKS:
+        raise ValueError(f"{what}.hidden must be a list of at most {MAX_CHUNKS:,} chunk "
+                         f"numbers (each chunk once), not {_short(hidden)}")
     hid = tuple(_int({"hidden": c}, "hidden", what) for c in hidden)
     if spans:
         pairs = _spans(d["chunk_spans"], what)
