@@ -233,7 +233,19 @@ def _add_serving(sub) -> None:
                         "paper's Magic Chunk prompt of unpadded spans (Ho et al. 2026)")
     a.add_argument("--model", help="served model name (default: the server's first)")
     a.add_argument("--api-key", help="the server's --api-key (default: $VLLM_API_KEY)")
+    a.add_argument("--timeout", type=_seconds, default=600.0,
+                   help="seconds for the whole command (default 600)")
     a.set_defaults(fn=cmd_ask)
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not 0 < v < 10**7:
+        raise argparse.ArgumentTypeError(f"{text!r} is no number of seconds > 0")
+    return v
 
 
 def main(argv: list[str] | None = None) -> int:
