@@ -54,7 +54,7 @@ TIERS = {
     "unit": ["test_house", "test_layout_mask", "test_tags", "test_tags_properties", "test_record",
              "test_tags_paper",
              "test_trace", "test_trace_broken", "test_trace_process", "test_trace_huge",
-             "test_layout_limits", "test_client_hostile",
+             "test_layout_limits", "test_client_hostile", "test_cli_outputs",
              "test_vllm_manifests", "test_nl_task", "test_eval_prompts", "test_eval_notebook",
              "test_packets", "test_bundle", "test_interfaces", "test_serve_units", "test_nl_paper",
              "test_eval_needle", "test_eval_rescore",

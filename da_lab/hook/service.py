@@ -77,14 +77,15 @@ class Service:
                               engine_ids=True)
         for log in report.steps:
             self.counters.add_step(log)
-        if self.trace_path and report.steps:
-            self._trace(report.steps, report.warnings, view)
         live = b.requests
         self.counters.requests += sum(1 for r in live if r not in self._states)
         for req_id, st in self._states.items():
             if req_id not in live:                  # ended since the last step: feed its rest
                 self.counters.add_events(b.feed_rest(st))
         self._states = dict(live)
+        # After the rest is fed: a run that ended gets its last tokens in the trace.
+        if self.trace_path and (report.steps or self.trace is not None and self.trace.ending()):
+            self._trace(report.steps, report.warnings, view)
         self.counters.add_warnings(report.warnings + s.new_warnings())
 
     def _trace(self, logs, warnings, view) -> None:
