@@ -1,7 +1,8 @@
-"""Fake servers for the client's tests (test_client_hostile.py): one that speaks the DA
-server's protocol well enough to be checked (the routes `da-lab ask` and the check tool call,
-behind an API key), and modes in which it answers as no DA server would: wrong shapes, errors,
-huge bodies, a drip, silence. No vLLM: these test the client against what a server may send."""
+"""Fake servers for the client's hostile cases (tests/test_client_hostile.py and the doors run,
+doors_client.py): one that speaks the DA server's protocol well enough to be checked (the
+routes `da-lab ask` and the check tool call, behind an API key), and modes in which it answers
+as no DA server would: wrong shapes, errors, huge bodies, a drip, silence. No vLLM: these try
+the client against what a server may send."""
 
 from __future__ import annotations
 
