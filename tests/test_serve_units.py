@@ -267,3 +267,14 @@ def test_an_unknown_request_is_404_on_every_rank_view():
         assert routes.get(path).status_code == 404, path
     r = _routes(_Engine(lambda op: [known, known])).get("/da/requests/a?ranks=all")
     assert r.status_code == 200 and r.json() == {"ranks": [known, known]}
+
+
+def test_the_server_trace_names_each_run_of_an_id_once():
+    """Issue 57 F5: runs of one da_id are ID, ID#2, ...; a client's own id that looks like
+    one of those never takes a name already given."""
+    from da_lab.hook.trace import ServerTrace
+
+    t = ServerTrace("unused.jsonl.gz", book=None)
+    assert [t._name(f"r{k}", "x") for k in range(3)] == ["x", "x#2", "x#3"]
+    assert t._name("r3", "x#2") == "x#2#2" and t._name("r4", "x#4") == "x#4"
+    assert t._name("r5", "x") == "x#5"

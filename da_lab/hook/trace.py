@@ -72,6 +72,7 @@ class ServerTrace:
         self._names: dict[str, tuple[str, str]] = {}
         self._seen: dict[str, tuple[int, int]] = {}
         self._next: dict[str, int] = {}         # da_id -> the run number its next run gets
+        self._used: set[str] = set()            # every name given (the file holds them all)
         self._t = time.perf_counter()
         self.step = 0
 
@@ -93,8 +94,12 @@ class ServerTrace:
     def _name(self, req_id: str, da_id: str) -> str:
         """This run's name in the trace: its da_id, or `da_id#k` for its k-th run."""
         k = self._next.get(da_id, 1)
-        self._next[da_id] = k + 1
         name = da_id if k == 1 else f"{da_id}#{k}"
+        while name in self._used:               # a client's own id may look like one
+            k += 1
+            name = f"{da_id}#{k}"
+        self._next[da_id] = k + 1
+        self._used.add(name)
         self._names[req_id] = (name, da_id)
         return name
 
