@@ -3,9 +3,9 @@ DA_LAB_TRACE set:
 
   stall        a plain 8-token request alone, beside a plain 100-token neighbour, and beside
                the F1 request (790 one-token chunks, every other one hidden, `<focus
-               C1-C790>` for 100 tokens), 3 rounds each, while /da/requests/ID and /da/state
-               are asked every 0.25 s; the adversary's 1 MB layout (510k hidden entries) must
-               be a 400
+               C1-C790>` for 100 tokens), in 7 interleaved rounds, while /da/requests/ID and
+               /da/state are asked every 0.25 s; the adversary's 1 MB layout (510k hidden
+               entries) must be a 400
   flags        a director with allowed_token_ids or bad_words (F11), truncate_prompt_tokens
                with a layout without prompt_len (F12): each must be a 400, never a 200 whose
                tokens the request did not ask for
@@ -26,7 +26,7 @@ import statistics
 import threading
 import time
 
-ROUNDS = 3
+ROUNDS = 7
 
 
 def _plain_time(d, ids: list[int]) -> float:
@@ -92,20 +92,23 @@ def stall(d) -> dict:
                                    "max_tokens": 8, "vllm_xargs": huge})
     refused_1mb = r is not None and r.status_code == 400
     d.n["unflagged_changes"] += not refused_1mb
-    alone = [_plain_time(d, d.seed.token_ids[:40]) for _ in range(ROUNDS)]
-    benign = [_beside(d, 100 + k, True)[0] for k in range(ROUNDS)]
-    hostile, polls = [], []
+    # Rounds of (alone, beside a plain neighbour, beside the F1 request), interleaved so the
+    # machine's load (shared, 2 cores) drifts over all three alike; medians compared.
+    alone, benign, hostile, polls = [], [], [], []
     for k in range(ROUNDS):
+        alone.append(_plain_time(d, d.seed.token_ids[:40]))
+        benign.append(_beside(d, 100 + k, True)[0])
         took, seen = _beside(d, k, False)
         hostile.append(took)
         polls.append(seen)
     med = statistics.median
-    return {"refused_1mb_hidden_layout": refused_1mb,
+    return {"refused_1mb_hidden_layout": refused_1mb, "rounds": ROUNDS,
             "plain_alone_s": [round(x, 3) for x in alone],
             "plain_beside_plain_s": [round(x, 3) for x in benign],
             "plain_beside_f1_s": [round(x, 3) for x in hostile],
             "slowdown_beside_f1": round(med(hostile) / med(alone), 2),
             "slowdown_beside_plain": round(med(benign) / med(alone), 2),
+            "f1_over_plain_neighbour": round(med(hostile) / med(benign), 2),
             "da_polls_during_f1": polls}
 
 
