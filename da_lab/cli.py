@@ -169,12 +169,61 @@ def cmd_replay(args) -> int:
     return 0
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b) or \
+            a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def _export_outputs(args) -> list[tuple[str, Path]]:
+    """(option, file) for every file export may write that can be named before it runs."""
+    from da_lab_widgets.export import FORMATS, NAMES
+
+    outs = [("--html", Path(args.html))] if args.html else []
+    if args.out:
+        out = Path(args.out)
+        outs += [("--animate", out / "run.html")] if args.animate else []
+        folders = [out] if args.steps is None else []
+        trace = Path(args.trace).resolve()
+        if args.steps is not None and trace.parent.name.startswith("step_"):
+            folders.append(trace.parent)          # a step folder it may write into
+        outs += [("--out", f / f"{n}.{e}") for f in folders for n in NAMES for e in FORMATS]
+    return outs
+
+
+def export_problem(args) -> str | None:
+    """Why export must not start: an output that is its input trace, or a page's name held by
+    a file that is not a page export wrote (export never overwrites what it did not write)."""
+    trace = Path(args.trace)
+    for flag, path in _export_outputs(args):
+        if _same_file(path, trace):
+            return (f"{flag}: {path} is the input trace; writing there would destroy it: "
+                    "name another file")
+        if path.suffix == ".html" and path.is_file():
+            with open(path, "rb") as f:
+                head = f.read(1024)
+            if PAGE_MARK not in head:
+                return (f"{flag}: {path} exists and is not a page `da-lab export` wrote; it "
+                        "is left as it is: remove it or name another file")
+    return None
+
+
+# In the <head> of every page export writes (widgets page.py: its title).
+PAGE_MARK = "<title>da_lab · ".encode()
+
+
 def cmd_export(args) -> int:
     """Headless export: the page that plays a trace, and the diagrams as PNG/SVG (Chromium)."""
     from da_lab_widgets.export import main_export
 
     from da_lab.outputs import file_problem, folder_problem
 
+    problem = export_problem(args)
+    if problem:
+        print(f"da-lab export: {problem}", file=sys.stderr)
+        return 2
     for flag, value, check in (("--out", args.out, folder_problem),
                                ("--html", args.html, file_problem)):
         problem = value and check(value)
@@ -233,7 +282,19 @@ def _add_serving(sub) -> None:
                         "paper's Magic Chunk prompt of unpadded spans (Ho et al. 2026)")
     a.add_argument("--model", help="served model name (default: the server's first)")
     a.add_argument("--api-key", help="the server's --api-key (default: $VLLM_API_KEY)")
+    a.add_argument("--timeout", type=_seconds, default=600.0,
+                   help="seconds for the whole command (default 600)")
     a.set_defaults(fn=cmd_ask)
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not 0 < v < 10**7:
+        raise argparse.ArgumentTypeError(f"{text!r} is no number of seconds > 0")
+    return v
 
 
 def main(argv: list[str] | None = None) -> int:

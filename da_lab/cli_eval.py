@@ -29,6 +29,52 @@ def _not_a_file(path: str) -> str | None:
     return f"is {kind}, not a prompts file (one JSON object per line)"
 
 
+def _longest_token(folder: Path) -> int | None:
+    """The most characters one token of the model's tokenizer can stand for (its longest
+    vocabulary entry: a byte-level piece holds one byte per character), or None."""
+    try:
+        tok = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+        vocab = tok["model"]["vocab"]
+        pieces = list(vocab) if isinstance(vocab, dict) else [v[0] for v in vocab]
+        pieces += [a["content"] for a in tok.get("added_tokens") or ()]
+        return max(len(p) for p in pieces) if pieces else None
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def _prompts_too_long(path: str, model) -> str | None:
+    """A line of the prompts file whose documents and question are more characters than the
+    model's positions can hold however they are tokenized: found before anything is tokenized
+    (a 60 MB line took 172 s to tokenize only to be refused)."""
+    from da_lab.engine.validate import model_max_positions
+    from da_lab.models.tiny import model_path
+
+    try:
+        folder = model_path(model)
+    except (OSError, ValueError, RuntimeError):
+        return None                 # the eval says what is wrong with the model
+    positions, longest = model_max_positions(folder), _longest_token(folder)
+    if not positions or not longest:
+        return None
+    most = positions * longest
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for i, line in enumerate(f, start=1):
+            if len(line) <= most:       # a line's text is at most the line
+                continue
+            try:
+                rec = json.loads(line)
+            except (ValueError, RecursionError):
+                return None             # the loader names the line
+            texts = (rec.get("documents") if isinstance(rec, dict) else None) or []
+            texts = [t for t in [*texts, rec.get("question")] if isinstance(t, str)]
+            chars = sum(len(t) for t in texts)
+            if chars > most:
+                return (f"--prompts {path}:{i}: its documents and question are {chars:,} "
+                        f"characters; the model's {positions:,} positions hold at most "
+                        f"{most:,} however they are tokenized")
+    return None
+
+
 def _eval_args(args) -> tuple[dict, str | None]:
     """The eval's generator options, or what is wrong with the arguments (before any engine)."""
     from da_lab.training.eval.eval_base import parse_range
@@ -56,6 +102,9 @@ def _eval_args(args) -> tuple[dict, str | None]:
         problem = _not_a_file(args.prompts)
         if problem:
             return {}, f"--prompts {args.prompts}: {problem}"
+        problem = _prompts_too_long(args.prompts, args.model)
+        if problem:
+            return {}, problem
     if args.device != "auto":
         import torch
 

@@ -137,3 +137,54 @@ def test_a_preemption_right_after_a_tags_close_is_flagged(lab):
     plain_whole, _ = run([], None)
     plain_cut, res = run([], 4 + n_tag)
     assert plain_cut == plain_whole and not res["recomputed_under_mask"]
+
+
+def _preempt_running(lab) -> list[str]:
+    """vLLM's own preemption of every running request, as `reset_prefix_cache(
+    reset_running_requests=True)` does it but leaving the prefix cache as it is: the scheduler
+    frees their blocks and queues them to resume at the next step."""
+    import time
+
+    from da_lab.engine.access import engine_core
+
+    sched = engine_core(lab.llm).scheduler
+    ids = []
+    while sched.running:
+        request = sched.running.pop()
+        sched._preempt_request(request, time.monotonic(), drop_stale_output=True)
+        ids.append(request.request_id)
+    sched.prev_step_scheduled_req_ids.clear()
+    return ids
+
+
+def test_a_preempted_da_request_never_resumes_on_another_requests_kv(lab):
+    """Issue 57 F2. D is <local> from token 0; R is a plain request whose prompt is D's prompt
+    plus D's solo output (the eval's A/B), so R's blocks, computed without D's mask, sit in the
+    prefix cache under the hashes of D's own tokens. D runs again and vLLM preempts it (the
+    scheduler's own preemption, called directly: no timing) after 84 outputs, where its
+    computed positions end on a block boundary (813 + 84 - 1 = 28 blocks). Its resume must
+    not take R's K/V past its prompt: it recomputes from its prompt's last full block and is
+    flagged, so its tokens never differ without a flag. On the old code the resume found every
+    computed position in R's blocks (one query token, no recompute, no flag)."""
+    lab.llm.reset_prefix_cache()
+    seed = lab.seed_prompt()
+    n, cut = 120, 84
+    solo = lab.add_request(seed, tags=[(0, "<local>")], max_tokens=n)
+    lab.run()
+    solo_toks = lab.requests[solo]["token_ids"]
+    lab.add_request(seed.token_ids + solo_toks, max_tokens=1)      # R: plain, cached
+    lab.run()
+    d = lab.add_request(seed, tags=[(0, "<local>")], max_tokens=n)
+    while len(lab.requests[d]["token_ids"]) < cut:
+        lab.step()
+    assert lab.requests[d]["token_ids"] == solo_toks[:cut]
+    assert len(_preempt_running(lab)) == 1
+    lab.run()
+    bs, p = lab.block_size, len(seed.token_ids)
+    resumed = [(s, e) for s, e, _ in lab.request_state(d).mask_history if s > 0 and s < e - 1]
+    assert resumed, "D's resume recomputed nothing: it took R's K/V past its prompt"
+    assert resumed[0][0] <= p // bs * bs, resumed       # from its prompt's last full block
+    res = lab.result(d)
+    assert res["recomputed_under_mask"] and res["flags"][0]["kind"] == "recompute_under_mask"
+    toks = lab.requests[d]["token_ids"]
+    assert len(toks) == n and (toks == solo_toks or res["flags"])

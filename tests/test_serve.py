@@ -342,9 +342,14 @@ def test_the_server_records_a_trace_a_widget_can_follow(server, client, lab):
     seed = lab.seed_prompt()
     r = client.send(seed, tags=[(1, "<focus C4>")], max_tokens=10, ignore_eos=True)
     deadline = time.monotonic() + 30
-    while not src.ensure(n + r.stats["steps"] - 1) and time.monotonic() < deadline:
+    # One record per step it ran in, and one more once it ended: its last token (read by the
+    # tag machine at the step after, which it is no longer part of).
+    while not src.ensure(n + r.stats["steps"]) and time.monotonic() < deadline:
         time.sleep(0.2)
-    mine = [q for rec in src.records[n:] if (q := rec.request(r.request_id)) is not None]
+    parts = [q for rec in src.records[n:] if (q := rec.request(r.request_id)) is not None]
+    assert [t for q in parts for t in q.new_token_ids or []] == r.token_ids
+    assert parts[-1].finished and not parts[-1].hooked
+    mine = [q for q in parts if q.hooked]
     assert len(mine) == r.stats["steps"]
     assert sum(q.blocks_read for q in mine) == r.stats["blocks_read"]
     assert [q.mode for q in mine][-1] == "focus" and any(q.kept_logical is not None

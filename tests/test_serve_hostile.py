@@ -6,6 +6,7 @@ server, every refusal is a 400 naming why, and nothing differs without a flag.""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 
@@ -277,3 +278,22 @@ def test_a_hook_fault_in_the_steps_work_never_stops_the_engine(server, client, l
     assert again.token_ids == solo.token_ids
     assert again.stats["mode_switches"] == ["focus", "local", "global"]
     alive(server, client)
+
+
+def test_the_check_tool_checks_a_server_started_with_an_api_key(server):
+    """Issue 57 F6: `python -m da_lab.client.check` had no --api-key, and its own
+    /da/requests/ID?ranks=all call sent none (a KeyError traceback). It sends the key on every
+    call now, and a missing key is one line naming the route."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "da_lab.client.check", "--server", server.url]
+    out = subprocess.run(cmd + ["--api-key", KEY], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    assert doc["ok"] and doc["checks"]["generated"] and doc["ranks"] == 1
+    bare = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                          env={k: v for k, v in os.environ.items()
+                               if k != "VLLM_API_KEY"})
+    assert bare.returncode == 2 and "Traceback" not in bare.stderr
+    assert "HTTP 401" in bare.stderr and len(bare.stderr.strip().splitlines()) == 1

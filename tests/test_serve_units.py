@@ -175,3 +175,106 @@ def test_a_trace_can_be_read_while_it_is_written(tmp_path):
     assert [r.step for r in tail.read()] == [2] and tail.ended
     with pytest.raises(TraceError, match="only .jsonl.gz"):
         TraceTail(tmp_path / "x.parquet")
+
+
+@pytest.mark.parametrize("constraint", [{"allowed_token_ids": [1, 2, 3]},
+                                        {"bad_words": ["focus"]}])
+def test_a_director_with_a_token_constraint_is_refused_like_a_grammar(constraint):
+    """Issue 57 F11: the director's forced tag tokens overrode allowed_token_ids and bad_words
+    and answered 200; grammars were refused. Both are a 400 now; a layout alone may keep them."""
+    from da_lab.serve.edge import Edge, EdgeError
+
+    edge = Edge(block_size=32, vocab_size=100, disabled=None, tokenizer=_Tok())
+    prompt = {"type": "token", "prompt_token_ids": list(range(200))}
+    wire = {"da_layout": layout_to_wire(LAY, with_prompt_len=False),
+            "da_director": director_to_wire([(1, "<local>")])}
+    name = next(iter(constraint))
+    with pytest.raises(EdgeError, match=f"can't be combined with {name}"):
+        edge.admit(prompt, NS(extra_args=dict(wire), n=1, max_tokens=16, **constraint), "r1")
+    alone = NS(extra_args={"da_layout": wire["da_layout"]}, n=1, max_tokens=16, **constraint)
+    assert edge.admit(prompt, alone, "r2")[1] == "r2"
+    assert edge.rejected == {"constrained_output": 1}
+
+
+def test_truncation_with_a_layout_without_prompt_len_is_refused():
+    """Issue 57 F12: truncate_prompt_tokens cut the prompt after the client placed its chunks;
+    a layout without prompt_len then took the cut prompt's length and its spans named other
+    tokens (HTTP 200). Refused before the request runs; with prompt_len the edge refuses a
+    cut prompt as a length mismatch."""
+    from da_lab.serve.gate import precheck
+
+    rel = {"da_layout": layout_to_wire(LAY, with_prompt_len=False)}
+    said = precheck(NS(vllm_xargs=rel, truncate_prompt_tokens=150), 32)
+    assert said is not None and said[0] == "truncation" and "prompt_len" in said[1]
+    assert precheck(NS(vllm_xargs={"da_layout": layout_to_wire(LAY)},
+                       truncate_prompt_tokens=150), 32) is None
+    assert precheck(NS(vllm_xargs=rel, truncate_prompt_tokens=None), 32) is None
+    with pytest.raises(ValueError, match="prompt_len is 200 but the prompt has 150"):
+        parse_layout(layout_to_wire(LAY), 150, block_size=32)
+
+
+class _Engine:
+    """Stands in for vLLM's engine client: `collective_rpc` answers `answer(op)` after
+    `delay` seconds (a worker busy with a long step answers late)."""
+
+    def __init__(self, answer, delay: float = 0.0) -> None:
+        self.answer, self.delay = answer, delay
+
+    async def collective_rpc(self, method, args=()):
+        import asyncio
+
+        await asyncio.sleep(self.delay)
+        return self.answer(args[0])
+
+
+def _routes(engine):
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from da_lab.serve.endpoint import DAEndpoints
+
+    plugin = DAEndpoints()
+    plugin.engine_client, plugin.app = engine, FastAPI()
+    plugin.app.include_router(plugin._router())
+    return TestClient(plugin.app, raise_server_exceptions=False)
+
+
+def test_da_routes_answer_503_with_a_reason_when_the_engine_is_busy(monkeypatch):
+    """Issue 57 F1: a request whose steps took seconds held the worker, and /da/requests/ID and
+    /da/state answered a bare 500 (a TimeoutError traceback in the log) after the RPC's 10 s.
+    Now a 503 with a JSON reason and Retry-After, and the log has no traceback."""
+    from da_lab.serve import endpoint
+
+    monkeypatch.setattr(endpoint, "RPC_TIMEOUT_S", 0.05)
+    busy = _routes(_Engine(lambda op: [None], delay=5))
+    for path in ("/da/requests/x", "/da/requests/x?ranks=all", "/da/state"):
+        r = busy.get(path)
+        assert r.status_code == 503, (path, r.status_code, r.text)
+        assert "did not answer within" in r.json()["error"] and r.headers["Retry-After"]
+
+    def gone(op):
+        raise RuntimeError("EngineDeadError: the engine core died")
+
+    r = _routes(_Engine(gone)).get("/da/state")
+    assert r.status_code == 503 and "EngineDeadError" in r.json()["error"]
+
+
+def test_an_unknown_request_is_404_on_every_rank_view():
+    """Issue 57: /da/requests/unknown?ranks=all answered 200 {"ranks": [null]}."""
+    known = {"id": "a", "steps": 3}
+    routes = _routes(_Engine(lambda op: [None, None]))
+    for path in ("/da/requests/nope", "/da/requests/nope?ranks=all"):
+        assert routes.get(path).status_code == 404, path
+    r = _routes(_Engine(lambda op: [known, known])).get("/da/requests/a?ranks=all")
+    assert r.status_code == 200 and r.json() == {"ranks": [known, known]}
+
+
+def test_the_server_trace_names_each_run_of_an_id_once():
+    """Issue 57 F5: runs of one da_id are ID, ID#2, ...; a client's own id that looks like
+    one of those never takes a name already given."""
+    from da_lab.hook.trace import ServerTrace
+
+    t = ServerTrace("unused.jsonl.gz", book=None)
+    assert [t._name(f"r{k}", "x") for k in range(3)] == ["x", "x#2", "x#3"]
+    assert t._name("r3", "x#2") == "x#2#2" and t._name("r4", "x#4") == "x#4"
+    assert t._name("r5", "x") == "x#5"

@@ -85,3 +85,30 @@ def test_steers_that_cannot_be_written_say_why(lab):
                             request_id="steer-plain")
     assert "runs without DA" in lab.steer_check(plain, "<local>").reason
     lab.run()
+
+
+def test_a_steer_after_a_scripted_closing_tag_sees_the_mode_it_restores(lab):
+    """Issue 57 F9: the script opens the paper's <focus magic_chunks="3"> and closes it with
+    </focus> at output 20. A steer asked for at any step before that lands past the closing
+    tag, where the engine is in GLOBAL again; steer_check ignored closing tags and refused it
+    as "would change nothing". One that lands inside the scope is still refused."""
+    from da_lab.core.layout import seed_texts
+
+    prompt = lab.paper_prompt("What is the value of key 31?", seed_texts()[1][:5])
+    focus = '<focus magic_chunks="3">'
+    n_focus, n_close = len(lab.encode(focus)), len(lab.encode("</focus>"))
+    da_id = lab.add_request(prompt, tags=[(0, focus), (n_focus + 4, "</focus>")],
+                            max_tokens=60, request_id="steer-closed")
+    lab.step()
+    plan = lab.steer_check(da_id, focus)
+    assert plan.ok and plan.at == n_focus + 4 + n_close, plan
+    assert lab.steer(da_id, focus) == plan.at
+    lab.run()
+    assert _trapped(lab, da_id) == [focus, "</focus>", focus]
+    assert lab.request_state(da_id).stream.directive.mode == "focus"
+    inside = lab.add_request(prompt, tags=[(0, focus), (50, "</focus>")], max_tokens=70,
+                             request_id="steer-inside")
+    lab.step()
+    refused = lab.steer_check(inside, focus)
+    assert not refused.ok and "focused on C3" in refused.reason, refused
+    lab.run()

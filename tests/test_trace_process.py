@@ -146,3 +146,41 @@ def test_array_reuse_encoder_gives_jsons_text(requests, metadata):
     assert enc.dumps(rec) == compact_json(rec)          # second time from its cache
     rec2 = {"step": 2, "requests": requests[::-1]}
     assert enc.dumps(rec2) == compact_json(rec2)
+
+
+def test_a_detached_writer_outlives_a_killed_process_tree(tmp_path):
+    """Issue 57 F3: vLLM's shutdown (SIGTERM or Ctrl-C to `da-lab serve`) SIGKILLs the engine's
+    whole process tree at once, and the server's tests kill its process group: a server trace
+    ended truncated ("gzip stream ended early"). A detached writer is in neither, so it reads
+    what the pipe holds, closes the file, and `wait_closed` says when."""
+    import os
+    import signal
+
+    import psutil
+
+    from da_lab.trace.process import wait_closed
+
+    p = tmp_path / "t.jsonl.gz"
+    code = textwrap.dedent(f"""
+        import sys, time
+        from da_lab.trace.process import ProcessTraceWriter
+        w = ProcessTraceWriter({str(p)!r}, {{"provenance": {{}}}}, detach=True)
+        for s in range(25):
+            w.write({{"step": s, "requests": []}})
+        w.wait_sent()
+        print("sent", flush=True)
+        time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "sent"
+        for child in psutil.Process(proc.pid).children(recursive=True):   # kill_process_tree
+            child.kill()
+        os.killpg(proc.pid, signal.SIGKILL)                                # and the group
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert wait_closed(p, 60)
+    assert [r.step for r in load(p)] == list(range(25))

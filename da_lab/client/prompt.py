@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import json
 
-import httpx
-
+from da_lab.client.transport import ServerError, Transport, message
 from da_lab.core.layout import DAPrompt, build_prompt
 
 MARKER = "DAUSERMARKERX"        # letters only: a pre-tokenizer never merges it with neighbours
@@ -41,25 +40,36 @@ def _defaults() -> tuple[str, str, str]:
     return HEAD, SYSTEM, INTRO
 
 
-class ServerTokenizer:
-    """Tokenize / detokenize / render chat through a vLLM server (`root`: http://host:port)."""
+def _ids(doc, path: str) -> list[int]:
+    ids = doc.get("tokens") if isinstance(doc, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool)
+                                            and t >= 0 for t in ids):
+        raise ServerError(f"{path}: no token ids in the answer (expected "
+                          '{"tokens": [ids...]}); not a vLLM server\'s /tokenize')
+    return ids
 
-    def __init__(self, root: str, model: str, http: httpx.Client,
-                 chat_template: str | None = None) -> None:
-        self.root, self.model, self.http = root.rstrip("/"), model, http
+
+class ServerTokenizer:
+    """Tokenize / detokenize / render chat through a vLLM server (the client's Transport:
+    its key, time and size limits)."""
+
+    def __init__(self, net: Transport, model: str, chat_template: str | None = None) -> None:
+        self.net, self.model = net, model
         self.chat_template = chat_template   # for a model without one (server must trust it)
 
     def _post(self, path: str, body: dict) -> dict:
-        r = self.http.post(self.root + path, json=dict(body, model=self.model))
-        if r.status_code != 200:
-            raise ValueError(f"{path}: HTTP {r.status_code}: {_message(r)}")
-        return r.json()
+        return self.net.json("POST", path, dict(body, model=self.model))[1]
 
     def encode(self, text: str, special: bool = False) -> list[int]:
-        return self._post("/tokenize", {"prompt": text, "add_special_tokens": special})["tokens"]
+        return _ids(self._post("/tokenize", {"prompt": text, "add_special_tokens": special}),
+                    "/tokenize")
 
     def decode(self, ids: list[int]) -> str:
-        return self._post("/detokenize", {"tokens": ids})["prompt"]
+        doc = self._post("/detokenize", {"tokens": ids})
+        text = doc.get("prompt") if isinstance(doc, dict) else None
+        if not isinstance(text, str):
+            raise ServerError('/detokenize: no text in the answer (expected {"prompt": ...})')
+        return text
 
     def render_chat(self, messages: list, tools: list | None) -> str:
         """The server's chat template applied to `messages` (and `tools`), with the generation
@@ -72,10 +82,7 @@ class ServerTokenizer:
             body["tools"] = tools
         if self.chat_template is not None:
             body["chat_template"] = self.chat_template
-        r = self.http.post(self.root + "/tokenize", json=body)
-        if r.status_code != 200:
-            raise ValueError(f"/tokenize (chat): HTTP {r.status_code}: {_message(r)}")
-        return self.decode(r.json()["tokens"])
+        return self.decode(_ids(self.net.json("POST", "/tokenize", body)[1], "/tokenize (chat)"))
 
     def chat_frame(self, system: str | None) -> tuple[str, str] | None:
         """(text before, text after) the user message in the rendered chat prompt, or None when
@@ -85,12 +92,18 @@ class ServerTokenizer:
         body = {"model": self.model, "messages": msgs, "add_generation_prompt": True}
         if self.chat_template is not None:
             body["chat_template"] = self.chat_template
-        r = self.http.post(self.root + "/tokenize", json=body)
-        if r.status_code == 400 and "chat template" in _message(r):
+        status, data = self.net.call("POST", "/tokenize", body)
+        if status == 400 and "chat template" in message(status, data):
             return None
-        if r.status_code != 200:
-            raise ValueError(f"/tokenize (chat): HTTP {r.status_code}: {_message(r)}")
-        text = self.decode(r.json()["tokens"])
+        if status != 200:
+            raise ServerError(f"/tokenize (chat): HTTP {status}: {message(status, data)}")
+        import json
+
+        try:
+            doc = json.loads(data)
+        except (ValueError, RecursionError):
+            raise ServerError("/tokenize (chat): the answer is not JSON") from None
+        text = self.decode(_ids(doc, "/tokenize (chat)"))
         if text.count(MARKER) != 1:
             raise ValueError("could not find the user message in the model's chat template")
         before, after = text.split(MARKER)
@@ -103,14 +116,6 @@ def _wire_call(call: dict) -> dict:
     f = call["function"]
     args = f["arguments"] if isinstance(f["arguments"], str) else json.dumps(f["arguments"])
     return dict(call, function=dict(f, arguments=args))
-
-
-def _message(r: httpx.Response) -> str:
-    try:
-        err = r.json().get("error")
-        return err.get("message", str(err)) if isinstance(err, dict) else str(err or r.text)
-    except ValueError:
-        return r.text[:300]
 
 
 def build(tok: ServerTokenizer, chunks: list[str], question: str, *, block_size: int,

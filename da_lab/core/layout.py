@@ -16,6 +16,7 @@ SamplingParams.extra_args); `DAPrompt` adds the token ids and texts.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -25,6 +26,12 @@ import numpy as np
 from da_lab.core.directive import RULES
 
 BLOCK_SIZE = 32
+# What one layout may carry, so one request's work per engine step stays bounded (the hook
+# recomputes its kept blocks at every block boundary and directive change): at most MAX_CHUNKS
+# chunks (card blocks or paper spans: 4,096 one-block chunks of a 128k prompt at block size 32
+# is far below it), and `hidden` names each chunk at most once. Refused in the constructor,
+# so the server's edge, the hook and the Lab all refuse a layout past them.
+MAX_CHUNKS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,13 @@ class Layout:
     def __post_init__(self) -> None:
         if self.rules not in RULES:
             raise ValueError(f"rules must be one of {', '.join(RULES)}, not {self.rules!r}")
+        if len(self.chunk_blocks) > MAX_CHUNKS:
+            raise ValueError(f"a layout carries at most {MAX_CHUNKS:,} chunks, not "
+                             f"{len(self.chunk_blocks):,}")
+        if len(self.hidden) > len(self.chunk_blocks) or \
+                len(set(self.hidden)) != len(self.hidden):
+            raise ValueError(f"hidden names each chunk at most once ({len(self.hidden):,} "
+                             f"entries for {len(self.chunk_blocks):,} chunks)")
         if self.spans:
             self._check_spans()
         else:
@@ -86,6 +100,9 @@ class Layout:
     def from_spans(cls, block_size: int, spans, prompt_len: int, hidden=(),
                    rules: str = "reference") -> Layout:
         """The paper's layout: chunk Ck is tokens [start, end) of the prompt, unpadded."""
+        if len(spans) > MAX_CHUNKS:
+            raise ValueError(f"a layout carries at most {MAX_CHUNKS:,} chunks, not "
+                             f"{len(spans):,}")
         spans = tuple((int(a), int(b)) for a, b in spans)
         if not spans:
             raise ValueError("a layout needs at least one chunk span")
@@ -121,9 +138,10 @@ class Layout:
     def n_chunks(self) -> int:
         return len(self.chunk_blocks)
 
-    @property
+    @cached_property
     def chunk_spans(self) -> tuple[tuple[int, int], ...]:
-        """Token spans [start, end) of C1..Cn (whole blocks for the card's layouts)."""
+        """Token spans [start, end) of C1..Cn (whole blocks for the card's layouts). Built once
+        per layout: chunk_range and the mask read it for every chunk."""
         if self.spans:
             return self.spans
         out, b = [], self.head_blocks
@@ -131,6 +149,20 @@ class Layout:
             out.append((b * self.block_size, (b + n) * self.block_size))
             b += n
         return tuple(out)
+
+    @cached_property
+    def hidden_set(self) -> frozenset[int]:
+        """`hidden` as a set: the mask asks it once per focused chunk."""
+        return frozenset(self.hidden)
+
+    @cached_property
+    def chunk_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """(first block, one past the last block) of C1..Cn as int64 arrays, rounded outward:
+        chunk_range of every chunk at once, for the mask's vectorised work."""
+        spans = np.asarray(self.chunk_spans, dtype=np.int64).reshape(-1, 2)
+        starts, stops = spans[:, 0] // self.block_size, -(-spans[:, 1] // self.block_size)
+        starts.flags.writeable = stops.flags.writeable = False
+        return starts, stops
 
     @property
     def tail_start(self) -> int:
@@ -161,8 +193,8 @@ class Layout:
         outward: a block that holds any of its tokens."""
         if not 1 <= chunk_id <= self.n_chunks:
             raise KeyError(f"unknown chunk C{chunk_id} (layout has C1..C{self.n_chunks})")
-        a, b = self.chunk_spans[chunk_id - 1]
-        return range(a // self.block_size, -(-b // self.block_size))
+        starts, stops = self.chunk_bounds
+        return range(int(starts[chunk_id - 1]), int(stops[chunk_id - 1]))
 
     def regions(self) -> list[Region]:
         out = [Region("scaffold", "scaffold", 0, self.head_blocks)]
@@ -179,15 +211,21 @@ class Layout:
         chunk's tokens (the first such chunk), else scaffold before the chunks, tail after them
         in the prompt, response past it."""
         bs = self.block_size
-        for cid, (a, b) in enumerate(self.chunk_spans, start=1):
-            if a < (block + 1) * bs and block * bs < b:
-                return f"C{cid}"
         spans = self.chunk_spans
+        # Spans are in order and disjoint, so their ends rise: the first ending past the
+        # block's start is the only candidate.
+        k = bisect.bisect_right(self._span_ends, block * bs)
+        if k < len(spans) and spans[k][0] < (block + 1) * bs:
+            return f"C{k + 1}"
         if spans and block * bs < spans[0][0]:
             return "scaffold"
         if block * bs < self.prompt_len:
             return "tail"
         return "response"
+
+    @cached_property
+    def _span_ends(self) -> list[int]:
+        return [b for _, b in self.chunk_spans]
 
     def to_dict(self) -> dict:
         if self.spans:

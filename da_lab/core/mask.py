@@ -41,9 +41,7 @@ def kept_blocks(directive: Directive, layout: Layout, seq_len: int, query_len: i
     free = layout.free_blocks     # the card's head and tail; every block outside the chunks
     keep[free[free < n_blocks]] = True
     if directive.mode is Mode.FOCUS:
-        for cid in _visible(directive, layout):
-            r = layout.chunk_range(cid)
-            keep[r.start: r.stop] = True
+        keep |= _covered(layout, _visible(directive, layout), n_blocks)
         keep[layout.response_start:] = True
     elif directive.recent is None:
         keep[layout.response_start:] = True
@@ -54,23 +52,47 @@ def kept_blocks(directive: Directive, layout: Layout, seq_len: int, query_len: i
     return np.flatnonzero(keep).astype(np.int32)
 
 
-def _visible(directive: Directive, layout: Layout) -> list[int]:
-    """The chunks a directive shows (FOCUS: the named ones the layout has and does not hide)."""
+def _visible(directive: Directive, layout: Layout) -> np.ndarray:
+    """The chunks a directive shows, as sorted unique 1-based ids (FOCUS: the named ones the
+    layout has and does not hide). Work linear in the chunks named: a set for `hidden`."""
     if directive.mode is Mode.GLOBAL:
-        return list(range(1, layout.n_chunks + 1))
+        return np.arange(1, layout.n_chunks + 1)
     if directive.mode is Mode.LOCAL:
-        return []
-    return [c for c in directive.chunks if c <= layout.n_chunks and c not in layout.hidden]
+        return np.zeros(0, dtype=np.int64)
+    hidden, n = layout.hidden_set, layout.n_chunks
+    return np.unique(np.fromiter((c for c in directive.chunks if 1 <= c <= n and c not in hidden),
+                                 dtype=np.int64))
+
+
+def _shown_mask(directive: Directive, layout: Layout) -> np.ndarray:
+    """Bool per chunk (index cid - 1): shown by the directive."""
+    shown = np.zeros(layout.n_chunks, dtype=bool)
+    shown[_visible(directive, layout) - 1] = True
+    return shown
+
+
+def _cover(starts: np.ndarray, stops: np.ndarray, n: int) -> np.ndarray:
+    """Bool[n]: True inside any [start, stop), at once for every interval (a difference
+    array: no Python loop over the chunks)."""
+    starts, stops = np.minimum(starts, n), np.minimum(stops, n)
+    delta = np.bincount(starts, minlength=n + 1) - np.bincount(stops, minlength=n + 1)
+    return np.cumsum(delta[:n]) > 0
+
+
+def _covered(layout: Layout, cids: np.ndarray, n_blocks: int) -> np.ndarray:
+    """Bool[n_blocks]: the blocks holding any token of chunks `cids` (rounded outward)."""
+    if not len(cids):
+        return np.zeros(n_blocks, dtype=bool)
+    starts, stops = layout.chunk_bounds
+    return _cover(starts[cids - 1], stops[cids - 1], n_blocks)
 
 
 def visible_tokens(directive: Directive, layout: Layout, seq_len: int) -> np.ndarray:
     """The paper's token mask before rounding: True where a token may be attended (everything
     but the hidden chunks' tokens; LOCAL N also hides response blocks, as whole blocks)."""
-    vis = np.ones(seq_len, dtype=bool)
-    shown = set(_visible(directive, layout))
-    for cid, (a, b) in enumerate(layout.chunk_spans, start=1):
-        if cid not in shown:
-            vis[a:b] = False
+    spans = np.asarray(layout.chunk_spans, dtype=np.int64).reshape(-1, 2)
+    off = ~_shown_mask(directive, layout)
+    vis = ~_cover(spans[off, 0], spans[off, 1], seq_len)
     if directive.mode is Mode.LOCAL and directive.recent is not None:
         bs = layout.block_size
         old_end = max(layout.response_start, -(-seq_len // bs) - directive.recent) * bs
@@ -83,12 +105,8 @@ def partially_kept(directive: Directive, layout: Layout, kept: np.ndarray) -> np
     whole (never for the card's whole-block chunks)."""
     if directive.mode is Mode.GLOBAL or not layout.unaligned:
         return kept[:0]
-    shown = set(_visible(directive, layout))
-    hidden = np.zeros(int(kept[-1]) + 1 if len(kept) else 0, dtype=bool)
-    for cid in range(1, layout.n_chunks + 1):
-        if cid not in shown:
-            r = layout.chunk_range(cid)
-            hidden[r.start: min(r.stop, len(hidden))] = True
+    off = np.flatnonzero(~_shown_mask(directive, layout)) + 1
+    hidden = _covered(layout, off, int(kept[-1]) + 1 if len(kept) else 0)
     return kept[hidden[kept]]
 
 

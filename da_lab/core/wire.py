@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 
-from da_lab.core.layout import Layout
+from da_lab.core.layout import MAX_CHUNKS, Layout
 from da_lab.core.tags import RULES, Closing, Directive, parse_tag
 
 EXTRA_LAYOUT = "da_layout"      # SamplingParams.extra_args key: the Layout
@@ -32,8 +32,7 @@ _LAYOUT_KEYS = {"block_size", "head_blocks", "chunk_blocks", "prompt_len", "hidd
 _SPAN_KEYS = {"block_size", "chunk_spans", "prompt_len", "hidden", "rules"}
 # hidden: chunks FOCUS never keeps (the eval's ablation); rules: how closing tags read
 _OPTIONAL = {"prompt_len", "hidden", "rules"}
-# Chunks one layout may name: far beyond any real prompt, and a bound on what a request costs.
-MAX_CHUNKS = 1 << 16
+# MAX_CHUNKS (core/layout.py): chunks one layout may name, a bound on what a request costs.
 # A wire value past this many characters is refused before it is parsed: a real layout of
 # 4,096 one-block chunks is ~8 kB, and a deeply nested one must not reach json's recursion.
 MAX_WIRE_CHARS = 1 << 20
@@ -114,8 +113,9 @@ def layout_fields(value, *, block_size: int | None = None):
         raise ValueError(f"{what}.block_size is {bs} but the engine's KV blocks hold "
                          f"{block_size} tokens: build the prompt for block size {block_size}")
     hidden = d.get("hidden", [])
-    if not isinstance(hidden, list):
-        raise ValueError(f"{what}.hidden must be a list of chunk numbers, not {_short(hidden)}")
+    if not isinstance(hidden, list) or len(hidden) > MAX_CHUNKS:
+        raise ValueError(f"{what}.hidden must be a list of at most {MAX_CHUNKS:,} chunk "
+                         f"numbers (each chunk once), not {_short(hidden)}")
     hid = tuple(_int({"hidden": c}, "hidden", what) for c in hidden)
     rules = d.get("rules", "reference")
     if not isinstance(rules, str) or rules not in RULES:

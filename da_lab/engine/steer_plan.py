@@ -10,14 +10,17 @@ would change nothing. A plan that says a tag will be written is a promise the en
 - it closes (its '>') at least one token before the request's last, so the mode can change;
 - it changes the directive: LOCAL while LOCAL, or FOCUS on the chunks already focused, is
   refused rather than written twice. "Already" counts the tags the director has yet to write
-  before it (the script's and earlier steers'), not tags the model may write by itself.
+  before it (the script's and earlier steers'), not tags the model may write by itself; the
+  tag machine's own rules decide what they leave in force (a scripted `</focus>` restores what
+  its `<focus ...>` found: a copy of the request's tag machine reads them).
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
-from da_lab.core.tags import Closing, Directive, Mode, parse_tag
+from da_lab.core.tags import Closing, Directive, Mode, TagStream, parse_tag
 
 
 @dataclass
@@ -57,20 +60,22 @@ def _place(at: int, n: int, script: list[tuple[int, int, str]]) -> int:
 
 def _directive_at(lab, da_id: str, at: int, n_chunks: int | None) -> tuple[Directive, str]:
     """The directive in effect when a tag starting at `at` is trapped, as (directive, how to
-    say so): the tag machine's current one, then every scripted tag not yet fed to it that
-    starts before `at`."""
+    say so): what a copy of the request's tag machine holds once it has read every scripted tag
+    not fed to it yet that starts before `at` (the rest of one it is reading included)."""
     st = lab.request_state(da_id)
-    d = st.stream.directive if st is not None else Directive()
+    stream = copy.deepcopy(st.stream) if st is not None else TagStream(n_chunks)
     seen = st.n_seen if st is not None else 0
-    how = f"{da_id} is already {_describe(d)}"
+    how = f"{da_id} is already {_describe(stream.directive)}"
     for a, k, text in sorted(lab.requests[da_id]["script"]):
         if a < at and a + k > seen:
-            p = parse_tag(text, n_chunks)
-            if isinstance(p, Directive):
-                d = p
-                how = (f"{da_id} will already be {_describe(d)}: the director writes {text} "
-                       f"from token {a}")
-    return d, how
+            part = stream.buffer
+            before = stream.directive
+            stream.feed(text[len(part):] if a < seen and part and text.startswith(part)
+                        else text)
+            if stream.directive != before or isinstance(parse_tag(text, n_chunks), Closing):
+                how = (f"{da_id} will already be {_describe(stream.directive)}: the director "
+                       f"writes {text} from token {a}")
+    return stream.directive, how
 
 
 def plan(lab, da_id: str, tag: str) -> SteerPlan:

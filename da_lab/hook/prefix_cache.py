@@ -12,6 +12,14 @@ masked K/V. A DA request that has been preempted therefore offers no new blocks 
 it cached before, from its first unmasked prefill, stays). This is decided here, on the
 scheduler's side, from vLLM's own `Request.num_preemptions`, so it holds when the engine core
 runs in another process.
+
+Resuming: the lookup side. A preempted request resumes on whatever the cache holds for its
+tokens, and past its prompt that is never its own K/V (its response blocks are never offered)
+but another request's, computed without its mask: a plain request whose prompt is this one's
+prompt + output (the eval's A/B) hands over every position, the resume recomputes one token,
+the hook sees no recompute and the tokens change without a flag (issue 57). So a DA request's
+cache hits stop at its prompt's last full block: past it the resume recomputes, and the hook's
+recompute check flags it (`recompute_under_mask`), truthfully.
 """
 
 from __future__ import annotations
@@ -33,8 +41,17 @@ def _cap(request, num_tokens: int) -> int:
     return num_tokens
 
 
+def hit_cap(request) -> int | None:
+    """The most tokens `request` may take from the prefix cache (None: no limit): a DA
+    request's prompt (the cache holds no K/V written under its mask past it)."""
+    sp = request.sampling_params
+    ex = sp.extra_args if sp is not None else None
+    return request.num_prompt_tokens if ex and EXTRA_LAYOUT in ex else None
+
+
 def install() -> None:
     from vllm.v1.core.kv_cache_coordinator import KVCacheCoordinator
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
 
     orig = KVCacheCoordinator.cache_blocks
     if getattr(orig, "_da_wrapped", False):
@@ -46,3 +63,25 @@ def install() -> None:
 
     cache_blocks._da_wrapped = True
     KVCacheCoordinator.cache_blocks = cache_blocks
+
+    lookup = KVCacheManager.get_computed_blocks
+
+    @functools.wraps(lookup)
+    def get_computed_blocks(self, request, *args, **kwargs):
+        cap = hit_cap(request)
+        if cap is None or request.num_tokens - 1 <= cap:     # a first prefill: no change
+            return lookup(self, request, *args, **kwargs)
+        coord = self.coordinator
+        find = coord.find_longest_cache_hit
+
+        def capped(block_hashes, max_cache_hit_length, *a, **k):
+            return find(block_hashes, min(max_cache_hit_length, cap), *a, **k)
+
+        # Shadowed on the instance for this one lookup (the scheduler is one thread).
+        coord.find_longest_cache_hit = capped
+        try:
+            return lookup(self, request, *args, **kwargs)
+        finally:
+            del coord.find_longest_cache_hit
+
+    KVCacheManager.get_computed_blocks = get_computed_blocks

@@ -20,9 +20,7 @@ or from the API server's first "status" call.
 from __future__ import annotations
 
 import os
-import time
 
-from da_lab.core.engine_step import EngineStep
 from da_lab.hook import faults
 from da_lab.hook.counters import Counters, request_stats
 
@@ -49,8 +47,6 @@ class Service:
         self.trace_path: str | None = None
         self.rank = 0
         self._states: dict = {}           # req_id -> RequestState at the last step's end
-        self._traced = 0                  # trace records written (the records' step index)
-        self._t = time.perf_counter()     # when the last traced step ended
 
     def start(self) -> None:
         """Serve mode: step records only when traced (staged rows cost time at long contexts)."""
@@ -81,21 +77,22 @@ class Service:
                               engine_ids=True)
         for log in report.steps:
             self.counters.add_step(log)
-        if self.trace_path and report.steps:
-            self._trace(report, view)
         live = b.requests
         self.counters.requests += sum(1 for r in live if r not in self._states)
         for req_id, st in self._states.items():
             if req_id not in live:                  # ended since the last step: feed its rest
                 self.counters.add_events(b.feed_rest(st))
         self._states = dict(live)
+        # After the rest is fed: a run that ended gets its last tokens in the trace.
+        if self.trace_path and (report.steps or self.trace is not None and self.trace.ending()):
+            self._trace(report.steps, report.warnings, view)
         self.counters.add_warnings(report.warnings + s.new_warnings())
 
-    def _trace(self, report, view) -> None:
+    def _trace(self, logs, warnings, view) -> None:
         """Rank 0 writes the trace (every rank sees the same requests); opened at the first
-        step with DA requests, when the engine's parts are known. Each record is the same
-        `EngineStep` a Lab's step driver makes (hook/driver.py), built from this model step's
-        after-step report and the outputs the worker saw."""
+        step with DA requests, when the engine's parts are known. Each record is an
+        `EngineStep` as a Lab's step driver makes (hook/driver.py), built by the trace from
+        this model step's hook steps and the tokens its runs read (hook/trace.py)."""
         if self.trace is None:
             from da_lab.hook.trace import ServerTrace, tp_rank
 
@@ -103,12 +100,7 @@ class Service:
                 self.trace_path = None
                 return
             self.trace = ServerTrace(self.trace_path, self.session.book)
-        now = time.perf_counter()
-        step = EngineStep(self._traced, round(now - self._t, 6),
-                          tuple(self.trace.outputs(report.steps)), tuple(report.steps),
-                          tuple(report.warnings))
-        self._t, self._traced = now, self._traced + 1
-        self.trace.write(step, view)
+        self.trace.write(logs, warnings, view)
 
     # ---- what the API server asks ----------------------------------------------------------
     def rpc(self, op: str, *args):

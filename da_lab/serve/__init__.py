@@ -7,7 +7,7 @@
     gate.py       checks on the request vLLM parsed, at every door (beam search, streams, batches)
     keys.py       --api-key over every route but a short open list (GET /da/routes says which)
     ids.py        the da_ids of the requests running now (a reused one is a 400)
-    child.py      a `da-lab serve` process a test or benchmark starts and stops
+    server_process.py  a `da-lab serve` process a test or benchmark starts and stops
 
 The `--extra-body` that puts a layout + director in every request of `vllm bench serve` is
 da_lab/bench/served.py. The worker's side (counting, per-request stats, the trace) is

@@ -53,6 +53,17 @@ STRUCTURED = (f"vllm_xargs.{EXTRA_DIRECTOR} can't be combined with structured ou
               "structured output, not both (a layout alone may carry structured output)")
 
 
+CONSTRAINED = (f"vllm_xargs.{EXTRA_DIRECTOR} can't be combined with {{names}}: the director "
+               "forces its tag tokens into the reply whatever those allow or ban, so they would "
+               "not hold; send the director or the token constraint, not both (a layout alone "
+               "may carry one)")
+
+
+def constrained(params) -> list[str]:
+    """The token constraints the director's forced tokens would override."""
+    return [name for name in ("allowed_token_ids", "bad_words") if getattr(params, name, None)]
+
+
 def structured(params) -> bool:
     """Whether the SamplingParams vLLM built carry a grammar (structured_outputs in 0.26 ...
     0.33; the older guided_decoding is in none of them)."""
@@ -142,6 +153,9 @@ class Edge:
                                   f"fetched at /da/requests/{{{EXTRA_ID}}})")
         if EXTRA_DIRECTOR in ex and structured(params):
             raise EdgeError("structured_output", STRUCTURED)
+        if EXTRA_DIRECTOR in ex and constrained(params):
+            raise EdgeError("constrained_output",
+                            CONSTRAINED.format(names=" and ".join(constrained(params))))
         try:
             layout = parse_layout(ex[EXTRA_LAYOUT], len(ids), block_size=self.block_size)
         except ValueError as e:

@@ -38,6 +38,7 @@ from da_lab.serve.metrics import DACollector, register
 log = logging.getLogger("vllm.da_lab")
 RPC = "da_lab_rpc"
 RPC_TIMEOUT_S = 10.0
+RETRY_AFTER_S = 5      # what a 503 asks a client to wait before asking again
 
 
 class RefreshOnScrape:
@@ -102,6 +103,23 @@ class DAEndpoints:
         return await asyncio.wait_for(
             self.engine_client.collective_rpc(RPC, args=(op, *args)), RPC_TIMEOUT_S)
 
+    async def ask(self, op: str, *args):
+        """The ranks' answers to `op`, or a 503 saying why there are none: the engine did not
+        answer within RPC_TIMEOUT_S (a long step holds it; the worker answers between steps)
+        or is gone. A JSON reason and Retry-After, never a bare 500 with a traceback."""
+        from fastapi.responses import JSONResponse
+
+        try:
+            return await self.rpc(op, *args)
+        except TimeoutError:
+            why = (f"the engine did not answer within {RPC_TIMEOUT_S:g} s (it answers between "
+                   "steps, and is busy with a long one); ask again")
+        except Exception as e:   # noqa: BLE001 - the engine client's own failure, said once
+            why = f"the engine could not be asked ({type(e).__name__}: {e})"
+        log.warning("da_lab: /da/* %s: %s", op, why)
+        return JSONResponse({"error": why, "retry_after_s": RETRY_AFTER_S}, status_code=503,
+                            headers={"Retry-After": str(RETRY_AFTER_S)})
+
     async def refresh_metrics(self) -> None:
         if self.collector is None:
             return
@@ -139,7 +157,10 @@ class DAEndpoints:
 
         @router.get("/da/state")
         async def da_state():
-            return JSONResponse({"ranks": await self.rpc("state")})
+            per_rank = await self.ask("state")
+            if isinstance(per_rank, JSONResponse):
+                return per_rank
+            return JSONResponse({"ranks": per_rank})
 
         @router.get("/da/routes")
         async def da_routes():
@@ -149,13 +170,15 @@ class DAEndpoints:
 
         @router.get("/da/requests/{da_id}")
         async def da_request(da_id: str, ranks: str = ""):
-            per_rank = await self.rpc("request", da_id)
+            per_rank = await self.ask("request", da_id)
+            if isinstance(per_rank, JSONResponse):
+                return per_rank
             stats = per_rank[0]
             broken = [r for r in per_rank if isinstance(r, dict) and set(r) == {"error"}]
             if broken:                     # the worker method failed: say so, the engine lives
                 return JSONResponse(broken[0], status_code=500)
-            if ranks == "all":             # every tensor-parallel rank's own account
-                return JSONResponse({"ranks": per_rank})
+            if ranks == "all" and any(r is not None for r in per_rank):
+                return JSONResponse({"ranks": per_rank})   # every tensor-parallel rank's own
             if stats is None:
                 return JSONResponse({"error": f"no DA request {da_id!r} on this server (ids "
                                               "are kept for the last 256 finished requests)"},

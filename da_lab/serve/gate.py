@@ -12,7 +12,10 @@ object: escaped keys already read, any body size, whatever route it came through
     rendered prompt) ends its stream with an `error` event (`ErrorEvents`), not a cut
     connection;
   - the batch chat route runs its items with one `batch_ids()` context, so the edge gives each
-    item its own da_id (ids.py), as a list of prompts does.
+    item its own da_id (ids.py), as a list of prompts does;
+  - `truncate_prompt_tokens` cuts the prompt after the client built its layout: with the
+    layout's prompt_len the edge refuses the shorter prompt; without it the spans would land
+    on the truncated prompt's positions, so such a request is refused here.
 """
 
 from __future__ import annotations
@@ -42,6 +45,17 @@ def precheck(request, block_size: int) -> tuple[str, str, str] | None:
         return ("beam_search", "beam search can't carry a DA layout: vLLM runs each beam as its "
                 "own request without the request's vllm_xargs, so DA would be off; send the "
                 "request without use_beam_search", "use_beam_search")
+    if getattr(request, "truncate_prompt_tokens", None) is not None and EXTRA_LAYOUT in xargs:
+        try:
+            d = layout_fields(xargs[EXTRA_LAYOUT], block_size=block_size)[0]
+        except ValueError as e:
+            return ("layout", str(e), "vllm_xargs")
+        if "prompt_len" not in d:
+            return ("truncation", f"truncate_prompt_tokens can't be combined with a "
+                    f"{EXTRA_LAYOUT} without prompt_len: the prompt would be cut after its "
+                    "chunks were placed, and the spans would name other tokens; give "
+                    "prompt_len (a cut prompt is then refused) or leave truncation out",
+                    "truncate_prompt_tokens")
     if not getattr(request, "stream", False):
         return None       # the edge answers these with a 400 itself
     try:

@@ -12,19 +12,26 @@ It runs `python -m vllm.entrypoints.openai.api_server` (the module `vllm serve` 
   - block size 32 (DA layouts are built for it); on a CPU float32 and eager mode like the Lab;
     on vLLM 0.26 no cascade attention (hook/__init__.SERVE_ARGS);
 and prints the URL once GET /health answers. Options you pass win over these defaults.
+
+With DA_LAB_TRACE=FILE (the engine's step records): a FILE that exists is refused before vLLM
+starts (a server never overwrites a trace), and once vLLM has stopped (SIGTERM, Ctrl-C) this
+waits until the trace writer has closed the file, so a stopped server leaves a complete trace.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 PLUGIN = "da_lab"
 READY_TIMEOUT_S = 600.0
+TRACE_CLOSE_TIMEOUT_S = 60.0
 
 
 def model_folder(name: str | None) -> tuple[str, list[str]]:
@@ -137,8 +144,27 @@ def address_problem(host: str, port: int) -> str | None:
     return None
 
 
+def trace_problem(path: str | None) -> str | None:
+    """Why DA_LAB_TRACE=path can't be this server's trace (None: it can, or is unset)."""
+    if not path:
+        return None
+    from da_lab.outputs import file_problem
+    from da_lab.trace.format import TraceError, format_of
+
+    try:
+        format_of(Path(path))
+    except TraceError as e:
+        return f"DA_LAB_TRACE: {e}"
+    if Path(path).exists():
+        return (f"DA_LAB_TRACE={path} already exists; a server never overwrites a trace: "
+                "move it away or name a new file")
+    problem = file_problem(path, make_parent=True)
+    return f"DA_LAB_TRACE: {problem}" if problem else None
+
+
 def cmd_serve(args, rest: list[str]) -> int:
-    problem = address_problem(args.host, args.port)
+    problem = address_problem(args.host, args.port) or trace_problem(
+        os.environ.get("DA_LAB_TRACE"))
     if problem:
         print(f"da-lab: {problem}", file=sys.stderr)
         return 2
@@ -161,12 +187,26 @@ def cmd_serve(args, rest: list[str]) -> int:
     if cuda:     # tensor-parallel workers must not fork a process that touched CUDA (DESIGN §8)
         env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     print(f"da-lab: starting vLLM with the DA plugins: {' '.join(cmd[1:])}", file=sys.stderr)
-    proc = subprocess.Popen(cmd, env=env)
-    # Ctrl-C / SIGTERM reach vLLM, which stops its engine processes; we then wait for it.
+    # vLLM in a process group of its own: a terminal's Ctrl-C reaches this process only, and
+    # is passed on to vLLM's API server alone, which stops its engine in order (Ctrl-C to
+    # every process at once left the API server a dead engine and a traceback).
+    proc = subprocess.Popen(cmd, env=env, process_group=0)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda s, _f: proc.send_signal(s))
-    if wait_ready(url, proc):
-        print(f"da-lab: serving {cmd[4]} at {url}/v1 (OpenAI API; DA stats at "
-              f"{url}/da/requests/ID, metrics at {url}/metrics)", flush=True)
-    rc = proc.wait()
+    try:
+        if wait_ready(url, proc):
+            print(f"da-lab: serving {cmd[4]} at {url}/v1 (OpenAI API; DA stats at "
+                  f"{url}/da/requests/ID, metrics at {url}/metrics)", flush=True)
+        rc = proc.wait()
+    finally:
+        if proc.poll() is None:               # leaving early: vLLM goes too
+            os.killpg(proc.pid, signal.SIGKILL)
+    trace = os.environ.get("DA_LAB_TRACE")
+    if trace:
+        from da_lab.trace.process import wait_closed
+
+        # The writer outlives vLLM's killed process tree; the file is whole once it lets go.
+        if not wait_closed(trace, TRACE_CLOSE_TIMEOUT_S):
+            print(f"da-lab: the trace writer still holds {trace} after "
+                  f"{TRACE_CLOSE_TIMEOUT_S:g} s", file=sys.stderr)
     return rc if rc >= 0 else 128 - rc

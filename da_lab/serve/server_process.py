@@ -47,8 +47,22 @@ class ServerProcess:
     def log(self) -> str:
         return self.log_path.read_text()
 
+    def processes(self) -> list:
+        """`da-lab serve` and every process under it (vLLM's, in a group of their own)."""
+        import psutil
+
+        try:
+            top = psutil.Process(self.proc.pid)
+            return [top, *top.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
     def stop(self, grace_s: float = 60) -> None:
-        """SIGTERM to `da-lab serve` (it passes it to vLLM); the process group if it lingers."""
+        """SIGTERM to `da-lab serve` (it passes it to vLLM); whatever lingers after `grace_s`
+        is killed: its group and every process that was under it."""
+        import psutil
+
+        under = self.processes()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -56,8 +70,13 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 pass
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)    # our own group: vLLM's children too
+            os.killpg(self.proc.pid, signal.SIGKILL)    # our own group
         except ProcessLookupError:
             pass
+        for p in under:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
         self.proc.wait()
         self._log.close()

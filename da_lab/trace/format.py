@@ -28,8 +28,11 @@ ROW_GROUP_SIZE = 1000
 # 8k context is ~0.7 MB of JSON.
 ROW_GROUP_BYTES = 64 << 20
 _FORMATS = (".jsonl.gz", ".parquet")
-# A step number the page can play: JavaScript numbers hold integers exactly up to 2**53 - 1.
-MAX_STEP = 2**53 - 1
+# A step number the page can play. JavaScript holds integers exactly up to 2**53 - 1, but the
+# player's own arithmetic on steps gives out sooner: `da-lab export --out` drew a trace of
+# steps 2**51 - 16 .. 2**51 - 11 and timed out (Chromium, 60 s) on one from 2**51 (issue 57).
+# No engine run counts that many steps; load() refuses more, so export says so at once.
+MAX_STEP = 2**51 - 1
 # The longest line a .jsonl.gz reader takes: one step of a batch of 64 at 8k context is ~0.7 MB.
 MAX_LINE_BYTES = 64 << 20
 
@@ -138,7 +141,7 @@ def check_record(where: str, i: int, rec: Any) -> dict:
         digits = str(abs(rec["step"]))      # json holds at most 4,300 digits: str() is safe
         shown = rec["step"] if len(digits) <= 20 else f"a {len(digits)}-digit number"
         raise TraceError(f'{where}: record {i}: "step" is {shown}, outside 0..{MAX_STEP} '
-                         "(2**53 - 1: the steps an engine run counts)")
+                         "(2**51 - 1: the steps the page plays; no engine run counts more)")
     if "requests" in rec and not isinstance(rec["requests"], list):
         raise TraceError(f'{where}: record {i} (step {rec["step"]}): "requests" is not a list')
     return rec

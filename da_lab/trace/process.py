@@ -12,6 +12,11 @@ writes it with a plain `TraceWriter`. The file is exactly what `TraceWriter` wri
   slows `write()` down instead of filling memory.
 - Nothing lost: `close()` waits until the child has written and closed the file. If this
   process dies first, the child sees the pipe close and still closes the file.
+- Detached (`detach=True`, a server's trace): the child leaves this process's tree and session,
+  so a shutdown that kills the engine's process tree (vLLM's, on SIGTERM or Ctrl-C: it does
+  not wait for its workers) or its process group can't kill it: it reads what the pipe holds,
+  closes the file and exits. While the file is open the child holds an exclusive flock on it;
+  `wait_closed(path)` returns once it is released (`da-lab serve` waits so before it exits).
 - Errors: the child's first error is raised by the next `write()` and by `close()`.
 """
 
@@ -47,7 +52,7 @@ class ProcessTraceWriter:
     a second; not multiprocessing, which would re-run the caller's main script in it)."""
 
     def __init__(self, path, header: dict, *, row_group_size: int = ROW_GROUP_SIZE,
-                 max_pending: int = 16) -> None:
+                 max_pending: int = 16, detach: bool = False) -> None:
         self.path = Path(path)
         format_of(self.path)                   # an unknown format fails here, not in the child
         if not isinstance(header, dict):
@@ -62,8 +67,10 @@ class ProcessTraceWriter:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
         # Only the child's two ends are passed: when this process closes (or loses) the
         # writing end, the child reads EOF, writes what it has and closes the file.
+        self._detached = bool(detach)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "da_lab.trace.process", str(records_r), str(results_w)],
+            [sys.executable, "-m", "da_lab.trace.process", str(records_r), str(results_w)]
+            + (["--detach"] if detach else []),
             pass_fds=(records_r, results_w), env=env, stdin=subprocess.DEVNULL)
         os.close(records_r)
         os.close(results_w)
@@ -155,8 +162,10 @@ class ProcessTraceWriter:
                 code = self._proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 code = None
+            # Detached, the process waited for is the one that started the writer and left.
+            said = "" if self._detached else f" (exit code {code})"
             return "error", TraceError(f"{self.path}: the trace writer process ended "
-                                       f"unexpectedly (exit code {code})")
+                                       f"unexpectedly{said}")
 
     def _raise_child_error(self) -> None:
         if self._error is None and self._results_ready.poll(0):
@@ -188,25 +197,67 @@ class _ReusingTraceWriter(TraceWriter):
         return self._encoder.dumps(record)
 
 
+def wait_closed(path, timeout: float) -> bool:
+    """Wait until no trace writer holds `path` open (its child releases the flock once the file
+    is closed); False when one still does after `timeout` seconds. True for a missing file."""
+    import fcntl
+    import time
+
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return True
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return True
+            except OSError:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.05)
+    finally:
+        os.close(fd)
+
+
+def _detach() -> None:
+    """Leave the parent's process tree and session: the parent's Popen sees this process exit
+    at once, and a grandchild (adopted by init) goes on with the inherited pipes."""
+    if os.fork() > 0:
+        os._exit(0)
+    os.setsid()
+
+
 def _child(records_fd: int, results_fd: int) -> None:
+    import fcntl
     import signal
 
     # Ctrl-C reaches the whole process group; the parent decides when recording ends.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     records = Connection(records_fd, writable=False)
     results = Connection(results_fd, readable=False)
+
+    def tell(message) -> None:
+        try:
+            results.send(message)
+        except OSError:         # the parent is gone (a server's stop): the file still closes
+            pass
+
     try:
         path, header, row_group_size = records.recv()
         writer = _ReusingTraceWriter(path, header, row_group_size=row_group_size)
+        lock = os.open(path, os.O_RDONLY)       # held until the file is closed: wait_closed
+        fcntl.flock(lock, fcntl.LOCK_EX)
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises it
-        results.send(("error", _sendable(e)))
+        tell(("error", _sendable(e)))
         return
-    results.send(("ready", writer.header))
+    tell(("ready", writer.header))
     error = None
     while True:
         try:
             data = records.recv_bytes()
-        except EOFError:
+        except (EOFError, OSError):
             break
         if error is not None:
             continue                # drain: the parent's writes must not block
@@ -214,15 +265,16 @@ def _child(records_fd: int, results_fd: int) -> None:
             writer.write(pickle.loads(data))
         except BaseException as e:  # noqa: BLE001
             error = e
-            results.send(("error", _sendable(e)))
+            tell(("error", _sendable(e)))
     try:
         writer.close()
     except BaseException as e:  # noqa: BLE001
         if error is None:
             error = e
-            results.send(("error", _sendable(e)))
+            tell(("error", _sendable(e)))
+    os.close(lock)                  # the file is complete: wait_closed() may return
     if error is None:
-        results.send(("done", writer.count))
+        tell(("done", writer.count))
 
 
 def _sendable(e: BaseException) -> BaseException:
@@ -279,4 +331,6 @@ class ArrayReuseEncoder:
 
 
 if __name__ == "__main__":
+    if "--detach" in sys.argv[3:]:
+        _detach()
     _child(int(sys.argv[1]), int(sys.argv[2]))

@@ -197,7 +197,13 @@ NEEDS: tuple[Need, ...] = (
     _n("prefix_cache", "vllm.v1.core.kv_cache_coordinator:KVCacheCoordinator.cache_blocks",
        first=("request", "num_computed_tokens")),
     *(_n("prefix_cache", f"{REQUEST}.{a}", "attribute")
-      for a in ("sampling_params", "num_preemptions", "num_prompt_tokens")),
+      for a in ("sampling_params", "num_preemptions", "num_prompt_tokens", "num_tokens")),
+    # the lookup: a DA request's cache hits stop at its prompt (issue 57)
+    _n("prefix_cache", KV_MANAGER + ".get_computed_blocks", first=("request",)),
+    _n("prefix_cache", KV_MANAGER + ".get_computed_blocks", "call",
+       callee="find_longest_cache_hit"),
+    _n("prefix_cache", COORDINATOR + ".find_longest_cache_hit",
+       first=("block_hashes", "max_cache_hit_length")),
     _n("service", "vllm.v1.worker.worker_base:WorkerBase", "class"),
     _n("service", "vllm.v1.core.sched.output:SchedulerOutput.finished_req_ids", "attribute"),
     # the engine side (da_lab/engine/: access, kvmap, introspect, lab, ...): needs_engine.py

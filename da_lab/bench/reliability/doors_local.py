@@ -86,9 +86,11 @@ runpy.run_module("da_lab.cli", run_name="__main__")
 """
 
 
-def _cli(argv: list[str], rss_file: Path) -> tuple[subprocess.CompletedProcess | None, float]:
+def _cli(argv: list[str], rss_file: Path,
+         extra_env: dict | None = None) -> tuple[subprocess.CompletedProcess | None, float]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "DA_RSS_FILE": str(rss_file),
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           **(extra_env or {})}
     t0 = time.perf_counter()
     try:
         p = subprocess.run([sys.executable, "-c", WITH_RSS, *argv], env=env,
@@ -113,10 +115,11 @@ def cli_cases(gb: int = 1) -> dict:
                      "outside 0.."))
         runs += [(name, ["eval", "--model", "smollm2-da", "--prompts", str(path)], says)
                  for name, (path, says) in _prompt_files(d / "prompts").items()]
-        for name, argv, says in runs:
+        kept = _issue57_runs(d, runs)           # files each run must leave as they were
+        for name, argv, says, *env in runs:
             rss = d / "rss"
             rss.unlink(missing_ok=True)
-            p, wall = _cli(argv, rss)
+            p, wall = _cli(argv, rss, *env)
             res["runs"] += 1
             case = {"wall_s": round(wall, 2)}
             if rss.exists():
@@ -135,7 +138,56 @@ def cli_cases(gb: int = 1) -> dict:
                 if not ok:
                     res["unclear"].append(name)
             res["cases"][name] = case
+        res["files_lost"] = [str(f.name) for f, data in kept.items()
+                             if not f.is_file() or f.read_bytes() != data]
     return res
+
+
+def _issue57_runs(d: Path, runs: list) -> dict[Path, bytes]:
+    """Issue 57's CLI cases, appended to `runs`: export writing its page over its input (F4),
+    a trace of steps the page can't draw (F13: refused, not a 60 s wait), a 60 MB prompt
+    line (refused before tokenizing), `da-lab serve` with DA_LAB_TRACE naming a file that
+    exists (F14). Returns {file: bytes} that must be unchanged afterwards."""
+    seed = ROOT / "traces" / "seed_cpu.jsonl.gz"
+    mine = d / "traces" / "mine.jsonl.gz"
+    mine.write_bytes(seed.read_bytes())
+    runs.append(("export_html_over_its_input", ["export", str(mine), "--html", str(mine)],
+                 "is the input trace"))
+    big = d / "traces" / "step251.jsonl.gz"
+    with gzip.open(seed, "rt") as f, gzip.open(big, "wt") as g:
+        g.write(f.readline())
+        for i, line in enumerate(f):
+            g.write(json.dumps(dict(json.loads(line), step=2**51 + i)) + "\n")
+    runs.append(("export_out_step_2_51", ["export", str(big), "--out", str(d / "img")],
+                 "outside 0.."))
+    long = d / "prompts" / "line_60mb.jsonl"
+    rec = {"documents": ["word " * 12_000_000], "question": "q?", "answer": ["a"], "needs": [1]}
+    long.write_text(json.dumps(rec) + "\n")
+    runs.append(("eval_60mb_line", ["eval", "--model", "smollm2-da", "--prompts", str(long)],
+                 "positions"))
+    old = d / "traces" / "earlier_server.jsonl.gz"
+    old.write_bytes(seed.read_bytes())
+    runs.append(("serve_existing_trace_file", ["serve", "--port", "0"], "already exists",
+                 {"DA_LAB_TRACE": str(old)}))
+    return {mine: mine.read_bytes(), old: old.read_bytes()}
+
+
+def _steer_after_closing(lab, res: dict) -> None:
+    """F9: a steer that lands past a scripted </focus> (GLOBAL again) must be accepted."""
+    from da_lab.core.layout import seed_texts
+
+    focus = '<focus magic_chunks="3">'
+    n = len(lab.encode(focus))
+    da_id = lab.add_request(lab.paper_prompt("What is the value of key 31?", seed_texts()[1][:5]),
+                            tags=[(0, focus), (n + 4, "</focus>")], max_tokens=60)
+    lab.step()
+    plan = lab.steer_check(da_id, focus)
+    res["calls"] += 1
+    if plan.ok:
+        res["clear"] += 1
+    else:
+        res["unclear"].append(f"steer after a scripted </focus>: refused: {plan.reason}"[:200])
+    lab.abort(da_id)
 
 
 def lab_cases(model: str, rounds: int = 20) -> dict:
@@ -160,6 +212,7 @@ def lab_cases(model: str, rounds: int = 20) -> dict:
 
     lab = Lab(model)
     seed = lab.seed_prompt()
+    _steer_after_closing(lab, res)
     for _ in range(rounds):
         expect("string prompt", lambda: lab.add_request("What is key 3?"), TypeError,
                "lab.encode")

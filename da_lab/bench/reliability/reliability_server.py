@@ -176,6 +176,7 @@ def run(model: str, n_lists: int = 40, n_pairs: int = 16, n_leavers: int = 64,
     import httpx
 
     from da_lab.client.prompt import ServerTokenizer
+    from da_lab.client.transport import Transport
     from da_lab.core.layout import build_prompt, seed_texts
     from da_lab.serve.server_process import ServerProcess
 
@@ -190,7 +191,7 @@ def run(model: str, n_lists: int = 40, n_pairs: int = 16, n_leavers: int = 64,
         try:
             http = httpx.Client(timeout=600, headers=AUTH)
             name = http.get(srv.url + "/v1/models").json()["data"][0]["id"]
-            tok = ServerTokenizer(srv.url, name, http, None)
+            tok = ServerTokenizer(Transport(srv.url, AUTH, 600), name)
             prompts = [build_prompt(tok.encode, f"Variant {k}. " + head, chunks, tail,
                                     filler_id=tok.encode("\n")[0], chunk_blocks=2)
                        for k, (head, chunks, tail) in enumerate(
