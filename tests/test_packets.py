@@ -8,6 +8,7 @@ Packets that overlap what the page has or leave a gap are refused, never applied
 
 import base64
 import copy
+import dataclasses
 import json
 from dataclasses import fields
 
@@ -16,6 +17,7 @@ import pytest
 from da_lab_widgets.packets import MAGIC, RunEncoder, runs
 from page_lab import SHIPPED, TRACES, open_page, write_page
 
+from da_lab.core.group_rows import GroupRow
 from da_lab.core.record import RequestStep
 from da_lab.trace import load
 
@@ -144,21 +146,27 @@ DERIVED_IN_PAGE = """([header, packet, names]) => {
 def _varied(records: list) -> list:
     """The records again with what no shipped trace holds, in turn over the hooked request
     steps: partial blocks and a `built_row` other than the kernel row; no `built_seq_len`; no
-    directive and no staged row; every block hidden."""
-    out, k = copy.deepcopy(records), 0
-    for rec in out:
-        for h in (h for h in rec.requests if h.hooked):
-            k += 1
-            if k % 4 == 0:
-                if h.kept_logical is not None and len(h.kept_logical):
-                    h.partial_logical = h.kept_logical[:1].copy()
-                h.built_row = h.kernel_row[::-1] + 1
-            elif k % 4 == 1:
-                h.built_seq_len = None
-            elif k % 4 == 2:
-                h.directive, h.staged_row = None, None
-            else:
-                h.kept_logical = np.zeros(0, dtype=np.int64)
+    directive and no staged row; every block hidden. Records are frozen: each varied step is
+    a replaced copy."""
+    out, k = [], 0
+    for rec in copy.deepcopy(records):
+        steps = []
+        for h in rec.requests:
+            if h.hooked:
+                k += 1
+                if k % 4 == 0:
+                    part = (h.kept_logical[:1].copy() if h.kept_logical is not None
+                            and len(h.kept_logical) else h.partial_logical)
+                    h = dataclasses.replace(h, partial_logical=part,
+                                            built_row=h.kernel_row[::-1] + 1)
+                elif k % 4 == 1:
+                    h = dataclasses.replace(h, built_seq_len=None)
+                elif k % 4 == 2:
+                    h = dataclasses.replace(h, directive=None, staged_row=None)
+                else:
+                    h = dataclasses.replace(h, kept_logical=np.zeros(0, dtype=np.int64))
+            steps.append(h)
+        out.append(dataclasses.replace(rec, requests=type(rec.requests)(steps)))
     return out
 
 
@@ -181,3 +189,42 @@ def test_the_page_derives_every_derived_field_as_request_step_does(shipped):
                 want = {n: v.tolist() if isinstance(v, np.ndarray) else v
                         for n, v in want.items()}
                 assert derived == want, at
+
+
+# ---- a hybrid model's other KV-cache groups (core/group_rows.py) -----------------------------
+GROUPS_IN_PAGE = """([header, packet]) => {
+  const run = new daLab.app.Run(header);
+  run.append(Uint8Array.from(atob(packet), (c) => c.charCodeAt(0)));
+  return run.steps.map((r) => r.requests.map((h) => (h.groups || null) && h.groups.map((g) => (
+    { group: g.group, kind: g.kind, block_size: g.block_size, row: Array.from(g.row),
+      ...(g.window === null ? {} : { window: g.window }) }))));
+}"""
+
+
+def _with_groups(records: list) -> list:
+    """The records as a hybrid model's would be: each hooked step also carries a sliding
+    window's row (its last blocks, rolled) and a state group's one block."""
+    out = []
+    for rec in records:
+        steps = []
+        for i, h in enumerate(rec.requests):
+            if h.hooked and h.staged_row is not None:
+                row = np.roll(np.asarray(h.staged_row, dtype=np.int32)[-3:], 1) + 1
+                h = dataclasses.replace(h, groups=(
+                    GroupRow(1, "sliding", h.block_size, row, window=64),
+                    GroupRow(2, "state", 0, np.array([rec.step + i], dtype=np.int32))))
+            steps.append(h)
+        out.append(dataclasses.replace(rec, requests=type(rec.requests)(steps)))
+    return out
+
+
+def test_the_page_decodes_a_hybrid_models_group_rows(shipped):
+    tr, page, _ = shipped
+    records = _with_groups(tr.records)
+    enc = RunEncoder(tr.header)
+    enc.extend(records)
+    got = page.evaluate(GROUPS_IN_PAGE, [tr.header, base64.b64encode(enc.packet()).decode()])
+    want = [[None if h.groups is None else [g.to_json() for g in h.groups]
+             for h in rec.requests] for rec in records]
+    assert any(g is not None for step in want for g in step)
+    assert got == want

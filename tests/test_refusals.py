@@ -125,7 +125,7 @@ HOOKED = textwrap.dedent("""
     import sys
     from vllm import LLM
     llm = LLM(model=sys.argv[1], dtype="float32", block_size=32, enforce_eager=True,
-              num_gpu_blocks_override=64, max_model_len=2016)
+              num_gpu_blocks_override=64, max_model_len=1024)
 """)
 
 
@@ -147,7 +147,7 @@ def test_an_engine_nobody_asked_for_da_runs_with_the_plugin_installed(tiny_model
     assert "DA is off in this engine" in log and "SlidingWindowSpec" in log, log[-2000:]
     code = ("import sys; from da_lab.engine.lab import Lab\n"
             "from da_lab.engine import validate\nvalidate.precheck_model = lambda p: None\n"
-            "Lab(sys.argv[1])")     # past the precheck: the hook's own refusal reaches the Lab
+            "Lab(sys.argv[1], max_model_len=1024)")   # past the precheck: the hook refuses
     out = subprocess.run([sys.executable, "-c", code, str(model)], capture_output=True,
                          text=True, timeout=600)
     assert out.returncode != 0

@@ -33,7 +33,9 @@ def rank_log(session) -> dict:
         "events": st.events,
         "mask_history": [[int(a), int(c), None if k is None else [int(x) for x in k]]
                          for a, c, k in st.mask_history],
-        "captured": [int(x) for x in st.captured] + pending.get(st.req_id, []),
+        # an ended request took its queued tokens already (book._take_pending)
+        "captured": [int(x) for x in st.captured] + (pending.get(st.req_id, [])
+                                                     if st.req_id in b.requests else []),
         "text": st.text} for st in list(b.finished.values()) + list(b.requests.values())}
     f = session.facts
     return {"hook_installed": session.installed, "runner_class": f.runner_class,

@@ -178,6 +178,7 @@ class RequestBook:
         st = self.requests.pop(req_id, None)
         if st is None:
             return
+        self._take_pending(st)
         if st.stream.buffer:
             self.event(st, {"kind": "aborted_mid_tag", "text": st.stream.buffer,
                             "detail": "request ended with a partial tag in its buffer"})
@@ -298,6 +299,18 @@ class RequestBook:
                 st = self.requests.get(req_id)
                 if st is not None:
                     st.captured.append(int(toks[i]))
+
+    def _take_pending(self, st: RequestState) -> None:
+        """A request that ends takes its tokens still queued (past the drain's lag under async
+        scheduling): its last samples are never lost. Its rows stay queued; the drain skips
+        them, the request being no longer live."""
+        for _, rows, host, ev in self.pending:
+            mine = [i for r, i in rows if r == st.req_id]
+            if mine:
+                if ev is not None:
+                    ev.synchronize()
+                toks = host.tolist()
+                st.captured.extend(int(toks[i]) for i in mine)
 
     def feed(self, st: RequestState, output_ids: list[int]) -> list[Event]:
         """Decode the tokens sampled since the last step and run the tag machine on them."""

@@ -152,15 +152,16 @@ class Session:
         sampler wrappers."""
         book = self.book
         try:
-            book.forget_absent(held)
-        except Exception as e:   # noqa: BLE001 - a hook bug turns DA off, never the engine
-            book.hook_error("ending the requests the runner dropped", e)
-        try:
             # Before the step advances: drain reads the tokens of steps up to token_lag before
             # the one that starts (after it, it would wait on the step still on the GPU).
             book.drain()
         except Exception as e:   # noqa: BLE001 - a hook bug turns DA off, never the engine
             book.hook_error("reading the sampled tokens", e)
+        try:
+            # After the drain: a request that ended keeps the tokens it sampled last.
+            book.forget_absent(held)
+        except Exception as e:   # noqa: BLE001 - a hook bug turns DA off, never the engine
+            book.hook_error("ending the requests the runner dropped", e)
         index = book.begin_step()
         step = None
         try:

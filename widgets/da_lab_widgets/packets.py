@@ -175,6 +175,13 @@ class RunEncoder:
                 r["br"] = int(b.size)
             if h.built_seq_len is not None:
                 r["bl"] = h.built_seq_len
+            if h.groups is not None:              # a hybrid model's other groups' rows
+                gr = []
+                for g in h.groups:
+                    row = _i32(g.row)
+                    data.append(row)
+                    gr.append([g.group, g.kind, g.block_size, g.window, int(row.size)])
+                r["gr"] = gr
         if h.new_token_ids is not None:
             r.update(nt=list(h.new_token_ids), tx=h.new_text, f=h.finished)
         return r

@@ -54,7 +54,7 @@ def check_specs(vllm_config, specs: dict) -> None:
         raise DAUnsupported(f"{name}: pipeline parallelism: only the last stage samples tokens, "
                             "so earlier stages could not see the tags; the DA hook supports "
                             "tensor and data parallelism")
-    kinds = {}
+    kinds, seen = {}, set()
     for layer, spec in specs.items():
         kind, cls, why = kv_specs.spec_kind(spec)
         if kind == kv_specs.REFUSED:
@@ -62,9 +62,10 @@ def check_specs(vllm_config, specs: dict) -> None:
                                 "the DA hook masks global attention layers beside sliding-"
                                 "window and recurrent-state layers, and no other kind")
         kinds[layer] = kind
+        seen.add(f"{why} ({cls})")
     if specs and kv_specs.FULL not in kinds.values():
-        raise DAUnsupported(f"{name}: no global attention layer (its layers are "
-                            f"{', '.join(sorted(set(kinds.values())))}): nothing for DA to mask")
+        raise DAUnsupported(f"{name}: no global attention layer: every layer is "
+                            f"{' or '.join(sorted(seen))}, nothing for DA to mask")
 
 
 def group_facts(kv_cache_config) -> tuple[GroupFacts, ...]:

@@ -129,7 +129,7 @@ export class Run {
                          query_len: r.ql, n_output_seen: r.no, tokens_unseen: r.tu || 0,
                          tag_buffer: r.tb || "", events: r.ev || [], staged_row: null,
                          kept_logical: null, partial_logical: null, built_row: null,
-                         built_seq_len: r.bl ?? null });
+                         built_seq_len: r.bl ?? null, groups: null });
       if (r.sr) {
         const prev = this._rows.get(r.id);
         const fresh = cur.raw(r.sr[1]);
@@ -146,6 +146,10 @@ export class Run {
       if (r.kl !== undefined) h.kept_logical = cur.runs(r.kl);
       if (r.pl !== undefined) h.partial_logical = cur.runs(r.pl);
       if (r.br !== undefined) h.built_row = cur.raw(r.br);
+      if (r.gr !== undefined) {     // a hybrid model's other KV-cache groups (core/group_rows.py)
+        h.groups = r.gr.map(([group, kind, bs, window, n]) => ({
+          group, kind, block_size: bs, window, row: cur.raw(n) }));
+      }
     }
     if (r.nt !== undefined) {
       h.new_token_ids = r.nt; h.new_text = r.tx; h.finished = r.f;
