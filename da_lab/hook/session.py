@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from da_lab.core.record import RequestStep
-from da_lab.hook import faults
+from da_lab.hook import faults, grouped
 from da_lab.hook.book import RequestBook
 from da_lab.hook.errors import DAUnsupported
 from da_lab.hook.facts import EngineFacts
@@ -80,6 +81,12 @@ class Session:
         self._thread = _Running()
         self.service = Service(self)     # serve mode (`vllm serve`): service.py
         self._seen = self.book.warnings_total      # warnings already reported
+        # The grouped read (hook/grouped.py): which rows may join a group (None: off), why this
+        # engine can't run it (None: it can), its cost model, and the recent steps' plans.
+        self.grouped_read = grouped.flag_from_env()
+        self.grouped_unavailable: str | None = "no engine has started"
+        self.grouped_cost = None
+        self.grouped_history: deque[dict] = deque(maxlen=1024)
 
     # ---- the engine's start ----------------------------------------------------------------
     @property
@@ -157,6 +164,39 @@ class Session:
             self._thread.step = None
             return cm
 
+    def note_grouped(self, unavailable: str | None, cost) -> None:
+        """What the grouped read can do in this engine (runners/common.note_runner)."""
+        self.grouped_unavailable, self.grouped_cost = unavailable, cost
+
+    def attach_grouped(self, meta, cm):
+        """The builder returned `meta` for this step's edited `cm`: with the flag on, the step's
+        plan; if the rule groups it, the plan rides on `meta` to every layer's forward. A
+        failure here runs the step plain, with a warning. Never raises."""
+        step = self._thread.step
+        if self.grouped_read is None or step is None or not step.editing:
+            return meta
+        if self.grouped_unavailable:              # said once per engine, at its first step
+            last = self.grouped_history[-1] if self.grouped_history else {}
+            if last.get("refused") != self.grouped_unavailable:
+                self._grouped_refused(f"unavailable in this engine: {self.grouped_unavailable}")
+            self.grouped_history.append({"grouped": False, "refused": self.grouped_unavailable})
+            return meta
+        try:
+            t = grouped.attach(meta, cm, step, self.grouped_read, self.grouped_cost)
+            if t is not None:
+                t.on_refused = self._grouped_refused
+        except Exception as e:   # noqa: BLE001 - the plain path is always right
+            step.grouping = {"grouped": False, "refused": f"{type(e).__name__}: {e}"}
+            self._grouped_refused(step.grouping["refused"])
+        if step.grouping is not None:
+            self.grouped_history.append(step.grouping)
+        return meta
+
+    def _grouped_refused(self, why: str) -> None:
+        book = self.book
+        book.warn({"kind": "grouped_read_refused", "req": None, "step": book.step_index,
+                   "text": "", "detail": f"the step runs the plain path: {why}"})
+
     def dummy_run(self, delta: int) -> None:
         """A runner's dummy run (profile, warm-up, graph capture) starts (+1) or ends (-1):
         its made-up rows are no step of the hook's."""
@@ -196,9 +236,13 @@ class Session:
 
     # ---- configuration and what runs (the driver) ------------------------------------------
     def configure(self, *, record_rows: bool | None = None, keep_finished: int | None = None,
-                  keep_warnings: int | None = None) -> None:
+                  keep_warnings: int | None = None, grouped_read: str | None = "keep") -> None:
         """record_rows: keep the staged rows and the metadata bundle in each record (what traces
-        and diagrams need; costly at long contexts). keep_*: the bounded histories' sizes."""
+        and diagrams need; costly at long contexts). keep_*: the bounded histories' sizes.
+        grouped_read: None (off), "focus" (masked rows may share reads) or "all" (every DA
+        row: GLOBAL rows too); hook/grouped.py."""
+        if grouped_read != "keep":
+            self.grouped_read = grouped.check_flag(grouped_read)
         if record_rows is not None:
             self.record_rows = record_rows
         if keep_finished is not None:

@@ -54,6 +54,10 @@ class Step:
         self.applied = None      # CUDA: the block-table address already edited in place
         self.restore = None      # CUDA: (seq_lens, rows, saved values) to put back
         self._unsettled = None   # completes the records once host copies landed (CUDA)
+        # The grouped read (hook/grouped.py): the staged rows' reader, used when the plan is
+        # made at build time, and the plan's account of the step (None: no plan was made).
+        self.staged = None
+        self.grouping: dict | None = None
 
     @property
     def masks(self) -> bool:
@@ -72,6 +76,7 @@ class Step:
         """
         t0 = time.perf_counter()
         book = self.book
+        self.staged = staged
         for i, req_id in enumerate(req_ids):
             st = book.track(req_id, extra[i]) if extra[i] is not None else \
                 book.requests.get(req_id)

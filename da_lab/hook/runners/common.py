@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from da_lab.hook import grouped
 from da_lab.hook.errors import DAUnsupported
 from da_lab.hook.facts import EngineFacts
 from da_lab.hook.runners import live
@@ -102,6 +103,7 @@ def note_runner(runner, attn_groups) -> None:
             builder = g.get_metadata_builder()
             check_kernel_blocks(g, builder)
             patch_builder_class(type(builder))
+    SESSION.note_grouped(*grouped.install(runner, attn_groups))   # the grouped read (issue 59)
 
 
 def patch_builder_class(cls) -> None:
@@ -114,7 +116,7 @@ def patch_builder_class(cls) -> None:
     @functools.wraps(orig)
     def build(self, common_prefix_len, common_attn_metadata, *args, **kwargs):
         cm = SESSION.build(common_prefix_len, common_attn_metadata)
-        return orig(self, common_prefix_len, cm, *args, **kwargs)
+        return SESSION.attach_grouped(orig(self, common_prefix_len, cm, *args, **kwargs), cm)
 
     build._da_wrapped = True
     cls.build = build
