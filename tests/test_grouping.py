@@ -4,10 +4,11 @@ decision on hand cases, one of them the H200 bench's 64 readers over a 64k corpu
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from da_lab.core.grouping import Cost, Row, parts, plan, read_counts
+from da_lab.core.grouping import Cost, Row, extend, parts, plan, read_counts
 
 BS = 16
 SETTINGS = settings(max_examples=300, deadline=None)
@@ -44,18 +45,19 @@ def test_a_rows_groups_and_own_part_are_exactly_its_kernel_row(rows, cost):
         got = parts(p, r)
         assert [b for b, _ in got] == list(r.blocks)          # in order, each block once
         part = p.part(r.row)
-        assert part.own and part.own[-1] == r.blocks[-1]      # the query's block stays its own
+        assert len(part.own) and part.own[-1] == r.blocks[-1]  # the query's block stays its own
         grouped = len(r.blocks) - len(part.own)
         assert part.own_tokens + grouped * BS == r.seq_len and part.own_tokens > 0
         if not r.eligible or r.query_len != 1:
-            assert part.groups == () and part.own == r.blocks
+            assert part.groups == () and part.own.tolist() == list(r.blocks)
     seen = set()
     for gi, g in enumerate(p.groups):
-        assert len(g.rows) >= 2 and not (set(g.blocks) & seen) and not (set(g.blocks) & last)
-        seen |= set(g.blocks)
+        gb = set(g.blocks.tolist())
+        assert len(g.rows) >= 2 and not (gb & seen) and not (gb & last)
+        seen |= gb
         for row in g.rows:
             r = next(x for x in rows if x.row == row)
-            assert r.eligible and r.query_len == 1 and set(g.blocks) <= set(r.blocks)
+            assert r.eligible and r.query_len == 1 and gb <= set(r.blocks)
             assert gi in p.part(row).groups
     assert p.union_blocks <= p.grouped_blocks <= p.plain_blocks
     plain, grouped = read_counts(p, rows)
@@ -102,7 +104,8 @@ def test_a_group_whose_partials_cost_more_than_it_saves_is_dropped():
     # Two rows sharing one block save one block read and pay two partials.
     p = plan(heads(2, 1, 2), BS, Cost(block_bytes=1.0, partial_bytes=1.0, margin=0.0))
     assert p.groups == () and not p.grouped and "no block" in p.reason
-    assert all(part.own == r.blocks for part, r in zip(p.rows, heads(2, 1, 2), strict=True))
+    assert all(part.own.tolist() == list(r.blocks)
+               for part, r in zip(p.rows, heads(2, 1, 2), strict=True))
     # Eight rows over the same block save seven reads for eight partials' cost of 0.5 each.
     assert plan(heads(8, 1, 2), BS, Cost(partial_bytes=0.5, margin=0.0)).groups
 
@@ -129,9 +132,9 @@ def test_the_grouping_follows_the_reader_sets():
     rows = [Row(0, (0,) + a + b + (100,), 9 * BS + 1), Row(1, (0,) + a + c + (101,), 9 * BS + 1),
             Row(2, (0,) + b + c + (102,), 9 * BS + 1), Row(3, (0,) + a + b + (103,), 9 * BS + 1)]
     p = plan(rows, BS)
-    assert {g.rows: g.blocks for g in p.groups} == {
+    assert {g.rows: tuple(g.blocks.tolist()) for g in p.groups} == {
         (0, 1, 2, 3): (0,), (0, 1, 3): a, (0, 2, 3): b, (1, 2): c}
-    assert p.part(0).groups == (0, 1, 2) and p.part(0).own == (100,)
+    assert p.part(0).groups == (0, 1, 2) and p.part(0).own.tolist() == [100]
     assert p.grouped_blocks == p.union_blocks == 17 and p.plain_blocks == 40
 
 
@@ -140,7 +143,7 @@ def test_bad_rows_are_refused_with_a_reason():
 
     for rows, what in [([Row(0, (1, 1), 20)], "once"), ([Row(0, (1, 2), 40)], "don't fill"),
                        ([Row(0, (1,), 5), Row(0, (2,), 5)], "twice"),
-                       ([Row(0, (), 0)], "non-empty")]:
+                       ([Row(0, (), 0)], "empty")]:
         with pytest.raises(ValueError, match=what):
             plan(rows, BS)
 
@@ -167,4 +170,40 @@ def test_the_h200_bench_shape_reads_near_the_union_of_kept_blocks():
     assert p.grouped_blocks <= 1.2 * p.union_blocks
     assert p.plain_blocks >= 6 * p.grouped_blocks
     # the head block in one group of all 64; every chunk in one group of its readers
-    assert any(g.blocks == (0,) and len(g.rows) == 64 for g in p.groups)
+    assert any(g.blocks.tolist() == [0] and len(g.rows) == 64 for g in p.groups)
+
+
+@SETTINGS
+@given(steps(), st.lists(st.integers(0, 2), min_size=8, max_size=8), st.integers(1, BS))
+def test_extend_equals_a_fresh_plan_when_only_tails_grew(rows, grow, last):
+    """A decode step later each row may have fresh blocks at its end: extend() of the old plan
+    reads exactly what plan() of the new rows reads."""
+    p = plan(rows, BS)
+    fresh = iter(range(50_000, 60_000))
+    new = []
+    for r, k in zip(rows, grow, strict=False):
+        tail = tuple(next(fresh) for _ in range(k))
+        seq = r.seq_len if not k else (len(r.blocks) + k - 1) * BS + last
+        new.append(Row(r.row, tuple(r.blocks) + tail, seq, r.query_len, r.eligible))
+    e, f = extend(p, new), plan(new, BS)
+    if p.last_shared:             # a last block read by two rows (never in vLLM): re-planned
+        assert e is None
+        return
+    assert e is not None
+    assert [g.rows for g in e.groups] == [g.rows for g in f.groups]
+    for a, b in zip(e.rows, f.rows, strict=True):
+        assert a.own.tolist() == b.own.tolist() and a.groups == b.groups
+        assert (a.own_tokens, a.seq_len) == (b.own_tokens, b.seq_len)
+    assert (e.plain_blocks, e.grouped_blocks, e.partials, e.grouped) == \
+        (f.plain_blocks, f.grouped_blocks, f.partials, f.grouped)
+
+
+def test_extend_refuses_a_changed_step():
+    rows = heads(3, 4, 1)
+    p = plan(rows, BS)
+    assert extend(p, rows[:2]) is None                                   # a row left
+    assert extend(p, [Row(0, (0, 1, 2, 9, 1000), 4 * BS + 5), *rows[1:]]) is None   # kept changed
+    assert extend(p, [Row(0, rows[0].blocks, rows[0].seq_len, query_len=3), *rows[1:]]) is None
+    assert extend(p, [Row(0, rows[0].blocks, rows[0].seq_len, eligible=False), *rows[1:]]) is None
+    assert extend(p, [Row(0, tuple(rows[0].blocks) + (2,), 5 * BS + 1), *rows[1:]]) is None
+    assert np.array_equal(extend(p, rows).part(0).own, p.part(0).own)

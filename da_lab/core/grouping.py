@@ -1,5 +1,5 @@
 """The grouped read (issue 59): decode rows over one physical corpus read each shared kept block
-once per step, not once per row. The plan and its cost rule, pure (the standard library only).
+once per step, not once per row. The plan and its cost rule, pure (numpy only).
 
 Input, one step: per row (`Row`) its kernel row (the physical blocks the kernel reads, in
 logical order), the tokens it reads (the attention seq_len), its query length and whether it may
@@ -28,42 +28,49 @@ grouped only if what is left reads at most (1 - margin) of the plain bytes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-__all__ = ["Row", "Group", "RowPart", "Plan", "Cost", "plan", "parts", "read_counts",
-           "rows_from_steps", "step_reads", "MARGIN"]
+import numpy as np
+
+__all__ = ["Row", "Group", "RowPart", "Plan", "Cost", "plan", "extend", "parts",
+           "read_counts", "rows_from_steps", "step_reads", "MARGIN"]
 
 # The grouped path must read at most 90% of the plain path's bytes, after its partials and fixed
 # cost: the byte model ignores L2 hits and the merge's arithmetic, so small wins are not taken.
 MARGIN = 0.10
 
 
-@dataclass(frozen=True)
+def _ids(blocks) -> np.ndarray:
+    return np.asarray(blocks, dtype=np.int64).reshape(-1)
+
+
+@dataclass(frozen=True, eq=False)
 class Row:
     """One batch row of the step, as the kernel reads it."""
     row: int                       # batch row
-    blocks: tuple[int, ...]        # kernel row: physical block ids, logical order
+    blocks: Sequence[int]          # kernel row: physical block ids, logical order
     seq_len: int                   # tokens the kernel reads (the attention seq_len)
     query_len: int = 1             # tokens computed this step (1: a decode row)
     eligible: bool = True          # may join a group (the flag's choice of rows)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Group:
     """Shared blocks read once for every row that reads them."""
-    blocks: tuple[int, ...]        # physical ids, in the first reader's logical order
+    blocks: np.ndarray             # int64 physical ids, in order of first appearance
     rows: tuple[int, ...]          # batch rows that read them, ascending
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RowPart:
     """What one row reads on the grouped path."""
     row: int
-    own: tuple[int, ...]           # physical ids it reads alone, logical order, last block last
+    own: np.ndarray                # int64 physical ids it reads alone, logical order, last last
     own_tokens: int                # tokens of `own` (the last block may be partial)
     groups: tuple[int, ...]        # indices into Plan.groups, ascending
     query_len: int
     seq_len: int
+    eligible: bool = True
 
 
 @dataclass(frozen=True)
@@ -88,7 +95,7 @@ class Cost:
                    fixed_bytes=float(launches * launch_us * bytes_per_us), margin=margin)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Plan:
     block_size: int
     rows: tuple[RowPart, ...]      # every input row, in input order
@@ -101,6 +108,9 @@ class Plan:
     grouped_bytes: float
     grouped: bool                  # the cost rule's choice
     reason: str
+    kernel: tuple[np.ndarray, ...] = ()   # the input kernel rows (extend() compares them)
+    ids: np.ndarray | None = None         # every physical block read, sorted, once
+    last_shared: bool = False             # some row's last block is read by another row too
 
     def part(self, row: int) -> RowPart:
         for p in self.rows:
@@ -117,62 +127,111 @@ class Plan:
                 "partials": self.partials}
 
 
-def _check(rows: Sequence[Row], block_size: int) -> None:
-    seen = set()
-    for r in rows:
-        if r.row in seen:
-            raise ValueError(f"batch row {r.row} is given twice")
-        seen.add(r.row)
-        n = len(r.blocks)
-        if n == 0 or len(set(r.blocks)) != n:
-            raise ValueError(f"batch row {r.row}: a kernel row must be non-empty and name "
-                             f"each physical block once, got {list(r.blocks)}")
+class _Index:
+    """Every (row, block) entry of the step, sorted once: the distinct blocks (`ub`), each
+    entry's block (`inv`) and row (`rid`), whether it is its row's last block, each block's
+    first entry and count."""
+
+    def __init__(self, blocks: list[np.ndarray]) -> None:
+        lens = np.array([len(b) for b in blocks])
+        self.cat = np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
+        self.rid = np.repeat(np.arange(len(blocks)), lens)
+        self.last = np.zeros(len(self.cat), dtype=bool)
+        self.last[np.cumsum(lens)[lens > 0] - 1] = True
+        self.ub, self.first, self.inv, self.counts = np.unique(
+            self.cat, return_index=True, return_inverse=True, return_counts=True)
+        self.inv = self.inv.reshape(-1)
+
+
+def _check(rows: Sequence[Row], blocks: list[np.ndarray], ix: _Index, block_size: int) -> None:
+    if len({r.row for r in rows}) != len(rows):
+        raise ValueError("a batch row is given twice")
+    for r, b in zip(rows, blocks, strict=True):
+        n = len(b)
+        if n == 0:
+            raise ValueError(f"batch row {r.row}: a kernel row must not be empty")
         if not (n - 1) * block_size < r.seq_len <= n * block_size:
             raise ValueError(f"batch row {r.row}: {r.seq_len} tokens don't fill {n} blocks "
                              f"of {block_size} (all but the last full)")
         if r.query_len < 1:
             raise ValueError(f"batch row {r.row}: query_len {r.query_len} < 1")
+    key = ix.inv * max(1, len(rows)) + ix.rid            # (block, row): each at most once
+    dup = (np.bincount(key).max(initial=0) > 1 if len(ix.ub) * len(rows) <= 1 << 24
+           else len(np.unique(key)) != len(key))
+    if dup:
+        row = rows[int(ix.rid[np.flatnonzero(np.bincount(key)[key] > 1)[0]])].row
+        raise ValueError(f"batch row {row}: a kernel row must name each physical block once")
 
 
-def _groups(rows: Sequence[Row]) -> list[Group]:
-    """The shared blocks by reader set, in order of first appearance."""
-    decode = [r for r in rows if r.eligible and r.query_len == 1]
-    last = {r.blocks[-1] for r in rows}          # a last block is never grouped, for anyone
-    readers: dict[int, list[int]] = {}
-    for r in decode:
-        for b in r.blocks[:-1]:
-            readers.setdefault(b, []).append(r.row)
-    by_set: dict[tuple[int, ...], dict[int, None]] = {}
-    for r in decode:
-        for b in r.blocks[:-1]:
-            if len(readers[b]) >= 2 and b not in last:
-                by_set.setdefault(tuple(sorted(readers[b])), {})[b] = None
-    return [Group(tuple(bs), who) for who, bs in by_set.items()]
+def _groups(rows: Sequence[Row], ix: _Index) -> list[Group]:
+    """The shared blocks by reader set (a bit matrix of blocks x decode rows, its distinct
+    rows), ordered by first appearance (row order, then logical order)."""
+    dec = np.array([r.eligible and r.query_len == 1 for r in rows], dtype=bool)
+    if dec.sum() < 2:
+        return []
+    col = np.cumsum(dec) - 1                       # a decode row's column in the bit matrix
+    entry = dec[ix.rid] & ~ix.last
+    is_last = np.zeros(len(ix.ub), dtype=bool)     # a last block is never grouped, for anyone
+    is_last[ix.inv[ix.last]] = True
+    readers = np.bincount(ix.inv[entry], minlength=len(ix.ub))
+    shared = (readers >= 2) & ~is_last
+    if not shared.any():
+        return []
+    at = np.full(len(ix.ub), -1)
+    at[shared] = np.arange(int(shared.sum()))
+    keep = entry & shared[ix.inv]
+    member = np.zeros((int(shared.sum()), int(dec.sum())), dtype=bool)
+    member[at[ix.inv[keep]], col[ix.rid[keep]]] = True
+    sigs, which = np.unique(np.packbits(member, axis=1), axis=0, return_inverse=True)
+    which = which.reshape(-1)
+    sb, sfirst = ix.ub[shared], ix.first[shared]
+    dec_rows = [r.row for r, d in zip(rows, dec, strict=True) if d]
+    out = []
+    for g in range(len(sigs)):
+        idx = np.flatnonzero(which == g)
+        idx = idx[np.argsort(sfirst[idx], kind="stable")]
+        who = tuple(sorted(dec_rows[c] for c in np.flatnonzero(member[idx[0]])))
+        out.append((int(sfirst[idx[0]]), Group(sb[idx], who)))
+    return [g for _, g in sorted(out, key=lambda x: x[0])]
 
 
 def plan(rows: Iterable[Row], block_size: int, cost: Cost = Cost()) -> Plan:
     """The grouped read of one step and the cost rule's choice (module docstring)."""
     rows = list(rows)
-    _check(rows, block_size)
-    groups = [g for g in _groups(rows)
+    blocks = [_ids(r.blocks) for r in rows]
+    ix = _Index(blocks)
+    _check(rows, blocks, ix, block_size)
+    groups = [g for g in _groups(rows, ix)
               # kept if reading it once saves more than its rows' extra partials cost
               if (len(g.rows) - 1) * len(g.blocks) * cost.block_bytes
               > len(g.rows) * cost.partial_bytes]
-    of_block = {b: gi for gi, g in enumerate(groups) for b in g.blocks}
-    parts_, own_total, partials = [], 0, 0
-    for r in rows:
-        mine = {b: of_block[b] for b in r.blocks
-                if b in of_block and r.row in groups[of_block[b]].rows}
-        gis = sorted(set(mine.values()))
-        own = tuple(b for b in r.blocks if b not in mine)
-        grouped_n = len(r.blocks) - len(own)
-        parts_.append(RowPart(r.row, own, r.seq_len - grouped_n * block_size, tuple(gis),
-                              r.query_len, r.seq_len))
-        own_total += len(own)
-        partials += len(gis)
-    plain_blocks = sum(len(r.blocks) for r in rows)
-    grouped_blocks = own_total + sum(len(g.blocks) for g in groups)
-    union = len({b for r in rows for b in r.blocks})
+    if groups:
+        gb = np.concatenate([g.blocks for g in groups])
+        gid = np.repeat(np.arange(len(groups)), [len(g.blocks) for g in groups])
+        order = np.argsort(gb)
+        gb, gid = gb[order], gid[order]
+    parts_ = []
+    for r, b in zip(rows, blocks, strict=True):
+        hit = np.zeros(len(b), dtype=bool)
+        gis: tuple[int, ...] = ()
+        # A group's rows are every eligible decode row that reads its blocks: such a row reads
+        # a grouped block only through its group; any other row reads everything itself.
+        if groups and r.eligible and r.query_len == 1:
+            i = np.minimum(np.searchsorted(gb, b), len(gb) - 1)
+            hit = gb[i] == b
+            gis = tuple(np.unique(gid[i][hit]).tolist())
+        parts_.append(RowPart(r.row, b[~hit], r.seq_len - int(hit.sum()) * block_size, gis,
+                              r.query_len, r.seq_len, r.eligible))
+    last_shared = bool((ix.counts[ix.inv[ix.last]] >= 2).any())
+    return _decided(block_size, tuple(parts_), tuple(groups), blocks, ix.ub, last_shared, cost)
+
+
+def _decided(block_size: int, parts_: tuple[RowPart, ...], groups: tuple[Group, ...],
+             blocks: list[np.ndarray], ids: np.ndarray, last_shared: bool, cost: Cost) -> Plan:
+    """The plan's byte account and the cost rule's choice."""
+    partials = sum(len(p.groups) for p in parts_)
+    plain_blocks = sum(len(b) for b in blocks)
+    grouped_blocks = sum(len(p.own) for p in parts_) + sum(len(g.blocks) for g in groups)
     plain_bytes = plain_blocks * cost.block_bytes
     grouped_bytes = (grouped_blocks * cost.block_bytes + partials * cost.partial_bytes
                      + (cost.fixed_bytes if groups else 0.0))
@@ -184,8 +243,39 @@ def plan(rows: Iterable[Row], block_size: int, cost: Cost = Cost()) -> Plan:
     else:
         ok, why = False, (f"grouped would read {grouped_bytes / plain_bytes:.3f} of the plain "
                           f"bytes (rule: <= {1.0 - cost.margin:.2f})")
-    return Plan(block_size, tuple(parts_), tuple(groups), plain_blocks, grouped_blocks, union,
-                partials, plain_bytes, grouped_bytes, ok, why)
+    return Plan(block_size, parts_, groups, plain_blocks, grouped_blocks, len(ids), partials,
+                plain_bytes, grouped_bytes, ok, why, tuple(blocks), ids, last_shared)
+
+
+def extend(p: Plan, rows: Iterable[Row], cost: Cost = Cost()) -> Plan | None:
+    """`p` carried to the next step when nothing but the rows' tails changed: the same batch
+    rows (query lengths, eligibility), each kernel row the old one plus blocks appended at its
+    end (decode writes into fresh blocks of its own, so they join the row's own part and no
+    group changes); tokens and bytes recounted, the rule asked again. None when anything else
+    changed (a row came, left, or its kept blocks changed): then plan() from scratch. Cheap:
+    one array comparison per row instead of the plan's sort over every block of the step."""
+    rows = list(rows)
+    if len(rows) != len(p.rows) or p.last_shared or p.ids is None:
+        return None
+    blocks, parts_, tails = [], [], []
+    for r, old, part in zip(rows, p.kernel, p.rows, strict=True):
+        b = _ids(r.blocks)
+        n = len(old)
+        if (r.row != part.row or r.query_len != part.query_len or r.eligible != part.eligible
+                or len(b) < n or not np.array_equal(b[:n], old)
+                or not (len(b) - 1) * p.block_size < r.seq_len <= len(b) * p.block_size):
+            return None
+        grouped_n = n - len(part.own)
+        parts_.append(replace(part, own=np.concatenate([part.own, b[n:]]), seq_len=r.seq_len,
+                              own_tokens=r.seq_len - grouped_n * p.block_size))
+        blocks.append(b)
+        tails.append(b[n:])
+    new = np.concatenate(tails)
+    # the appended blocks must be fresh: each read by its row alone
+    if len(np.unique(new)) != len(new) or np.isin(new, p.ids).any():
+        return None
+    return _decided(p.block_size, tuple(parts_), p.groups, blocks, np.union1d(p.ids, new),
+                    False, cost)
 
 
 def parts(p: Plan, row: Row) -> list[tuple[int, int | None]]:
@@ -193,14 +283,15 @@ def parts(p: Plan, row: Row) -> list[tuple[int, int | None]]:
     (physical id, group index or None for its own part). Each block of the kernel row appears
     exactly once."""
     part = p.part(row.row)
-    src: dict[int, int | None] = {b: None for b in part.own}
+    src: dict[int, int | None] = {int(b): None for b in part.own}
+    mine = set(_ids(row.blocks).tolist())
     for gi in part.groups:
-        for b in p.groups[gi].blocks:
-            if b in row.blocks:
+        for b in p.groups[gi].blocks.tolist():
+            if b in mine:
                 if b in src:
                     raise ValueError(f"block {b} of row {row.row} is read twice")
                 src[b] = gi
-    pos = {b: i for i, b in enumerate(row.blocks)}
+    pos = {b: i for i, b in enumerate(_ids(row.blocks).tolist())}
     return sorted(src.items(), key=lambda kv: pos.get(kv[0], len(pos)))
 
 
@@ -208,18 +299,14 @@ def read_counts(p: Plan, rows: Sequence[Row]) -> tuple[dict[int, int], dict[int,
     """How many times each physical block is read in the step: (plain path, grouped path as
     planned). On the plain path a block kept by k rows is read k times; grouped, once per group
     it is in plus once per own part that holds it."""
-    plain: dict[int, int] = {}
-    for r in rows:
-        for b in r.blocks:
-            plain[b] = plain.get(b, 0) + 1
-    grouped: dict[int, int] = {}
-    for g in p.groups:
-        for b in g.blocks:
-            grouped[b] = grouped.get(b, 0) + 1
-    for part in p.rows:
-        for b in part.own:
-            grouped[b] = grouped.get(b, 0) + 1
-    return plain, grouped
+    def count(arrays) -> dict[int, int]:
+        if not arrays:
+            return {}
+        ids, n = np.unique(np.concatenate(arrays), return_counts=True)
+        return dict(zip(ids.tolist(), n.tolist(), strict=True))
+
+    return (count([_ids(r.blocks) for r in rows]),
+            count([g.blocks for g in p.groups] + [part.own for part in p.rows]))
 
 
 def rows_from_steps(requests, rows_of: str = "focus") -> list[Row]:
@@ -232,8 +319,8 @@ def rows_from_steps(requests, rows_of: str = "focus") -> list[Row]:
             continue
         seq = r.built_seq_len if r.built_seq_len is not None else r.attn_seq_len
         masked = r.kept_logical is not None
-        out.append(Row(int(r.row), tuple(int(b) for b in row[: -(-seq // r.block_size)]),
-                       int(seq), int(r.query_len), rows_of == "all" or masked))
+        out.append(Row(int(r.row), _ids(row)[: -(-seq // r.block_size)], int(seq),
+                       int(r.query_len), rows_of == "all" or masked))
     return out
 
 
@@ -253,4 +340,4 @@ def step_reads(requests, rows_of: str = "focus", cost: Cost = Cost()) -> dict:
             "reads_grouped": [grouped[b] for b in blocks], "grouped": p.grouped,
             "plain_blocks": p.plain_blocks, "grouped_blocks": p.grouped_blocks,
             "union_blocks": p.union_blocks,
-            "groups": [{"blocks": list(g.blocks), "rows": list(g.rows)} for g in p.groups]}
+            "groups": [{"blocks": g.blocks.tolist(), "rows": list(g.rows)} for g in p.groups]}

@@ -119,8 +119,8 @@ class Tensors:
         self.plan, self.num_tokens, self.block_size = plan, num_tokens, block_size
         grouped = [p for p in plan.rows if p.groups]
         self.rows = [p.row for p in grouped]
-        self.own_of = {p.row: (list(p.own), p.own_tokens) for p in grouped}
-        self.group_blocks = [list(g.blocks) for g in plan.groups]
+        self.own_of = {p.row: (p.own, p.own_tokens) for p in grouped}
+        self.group_blocks = [g.blocks for g in plan.groups]
         spans, q_idx, at = [], [], 0
         pos: dict[int, list[int]] = {}            # batch row -> its partials' query indices
         for g in plan.groups:
@@ -141,6 +141,8 @@ class Tensors:
         self.g_out = None                # the group pass's output (+ the empty partial), per step
         self.layers = 0                  # layers that ran grouped (the forward counts them)
         self.refused: str | None = None  # why this step fell back to the plain path
+        self.step, self.req_ids = None, []          # the hook's Step and its DA requests
+        self.on_refused = lambda why: None          # the session's warning
 
     def pack(self) -> torch.Tensor:
         """Every int the GPU needs, in one host buffer (to_device copies it once)."""
@@ -193,13 +195,13 @@ def kernel_rows(step, rows_of: str) -> list[grouping.Row]:
     for rec in step.requests:
         n = -(-rec.seq_len // rec.block_size)
         staged = np.asarray(step.staged(rec.row))[:n]
-        kept = rec.kept_logical
-        row = staged if kept is None else staged[kept]
-        if len(row) < (n if kept is None else len(kept)):
+        if len(staged) < n:
             raise ValueError(f"batch row {rec.row}: the runner's row has {len(staged)} of its "
                              f"{n} blocks")
-        out.append(grouping.Row(rec.row, tuple(int(b) for b in row), int(rec.attn_seq_len),
-                                int(rec.query_len), rows_of == "all" or kept is not None))
+        kept = rec.kept_logical
+        out.append(grouping.Row(rec.row, staged if kept is None else staged[kept],
+                                int(rec.attn_seq_len), int(rec.query_len),
+                                rows_of == "all" or kept is not None))
     return out
 
 
@@ -220,15 +222,18 @@ def stale(plan: grouping.Plan, cm) -> str | None:
     return None
 
 
-def attach(meta, cm, step, rows_of: str, cost: grouping.Cost) -> Tensors | None:
-    """The step's plan; if the rule groups it, its Tensors set on the metadata object `meta`
-    (raises on a fault: the caller refuses the step's grouping and warns)."""
+def attach(meta, cm, step, rows_of: str, cost: grouping.Cost,
+           last: grouping.Plan | None = None) -> tuple[Tensors | None, grouping.Plan]:
+    """The step's plan (the `last` step's carried on when only the rows' tails grew: no sort
+    over every block each step) and, if the rule groups it, its Tensors set on the metadata
+    object `meta`. Raises on a fault: the caller refuses the step's grouping and warns."""
     faults.check("grouping", (r.req for r in step.requests))
     rows = kernel_rows(step, rows_of)
-    plan = grouping.plan(rows, step.requests[0].block_size, cost)
+    plan = last is not None and grouping.extend(last, rows, cost) or \
+        grouping.plan(rows, step.requests[0].block_size, cost)
     if not plan.grouped:
         step.grouping = plan.to_json()
-        return None
+        return None, plan
     why = stale(plan, cm)
     if why:
         raise RuntimeError(f"the plan does not match the metadata: {why}")
@@ -239,7 +244,7 @@ def attach(meta, cm, step, rows_of: str, cost: grouping.Cost) -> Tensors | None:
     step.grouping = t.summary()
     t.step, t.req_ids = step, [r.req for r in step.requests]
     setattr(meta, ATTR, t)
-    return t
+    return t, plan
 
 
 # ---- forward ---------------------------------------------------------------------------------

@@ -86,6 +86,7 @@ class Session:
         self.grouped_read = grouped.flag_from_env()
         self.grouped_unavailable: str | None = "no engine has started"
         self.grouped_cost = None
+        self.grouped_plan = None          # the last step's plan, carried on while it holds
         self.grouped_history: deque[dict] = deque(maxlen=1024)
 
     # ---- the engine's start ----------------------------------------------------------------
@@ -182,10 +183,12 @@ class Session:
             self.grouped_history.append({"grouped": False, "refused": self.grouped_unavailable})
             return meta
         try:
-            t = grouped.attach(meta, cm, step, self.grouped_read, self.grouped_cost)
+            t, self.grouped_plan = grouped.attach(meta, cm, step, self.grouped_read,
+                                                  self.grouped_cost, self.grouped_plan)
             if t is not None:
                 t.on_refused = self._grouped_refused
         except Exception as e:   # noqa: BLE001 - the plain path is always right
+            self.grouped_plan = None
             step.grouping = {"grouped": False, "refused": f"{type(e).__name__}: {e}"}
             self._grouped_refused(step.grouping["refused"])
         if step.grouping is not None:
