@@ -16,7 +16,7 @@ import torch
 from da_lab.checks import shared_prefix
 from da_lab.checks.oracle import check
 from da_lab.checks.shared_prefix import OVERLAPPING, grouped_facts
-from da_lab.core.grouping import Row, plan
+from da_lab.core.grouping import Row, plan, step_reads
 from da_lab.hook.grouped import stale
 
 # Each FOCUS tag takes ~10 output tokens to write: readers are grouped from about step 14 on.
@@ -41,16 +41,18 @@ def run_readers(lab, monkeypatch, flag, *, names=None, ids=None, abort=None,
                                                request_id=(ids or {}).get(n)))
                for n in readers}
         da = {first: add[first]()}
-        warnings = list(lab.step().warnings)
+        recs = [lab.step()]
         da.update({n: add[n]() for n in rest})
         k, aborted_at = 0, None
         while lab.has_unfinished():
             if abort and k == abort[1]:
                 lab.abort(da[abort[0]])
                 aborted_at = len(lab.hook.grouped_history)
-            warnings += lab.step().warnings
+            recs.append(lab.step())
             k += 1
+        warnings = [w for rec in recs for w in rec.warnings]
         return SimpleNamespace(prompts=prompts, da=da, warnings=warnings, aborted_at=aborted_at,
+                               recs=recs,
                                facts=grouped_facts(lab.hook.grouped_history),
                                history=list(lab.hook.grouped_history))
     finally:
@@ -88,6 +90,23 @@ def test_focus_rows_read_shared_chunks_once_and_match_the_oracle(lab, reference,
     after = [h["grouped_rows"] for h in run.history[run.aborted_at:] if h.get("grouped")]
     assert max(before) == 4 and after and max(after) == 3, (before, after)
     assert assert_oracle(run, lab, reference, skip=(gone,)) >= 1     # the masks mattered
+    # Lesson 04's numbers, derived from the step records alone (core/grouping.step_reads),
+    # agree with what the hook planned live; the corpus head is read by every FOCUS row on
+    # the plain path, once on the grouped one.
+    assert len(run.recs) == len(run.history)
+    seen = 0
+    for rec, live in zip(run.recs, run.history, strict=True):
+        if not live.get("grouped"):
+            continue
+        d = step_reads(rec.requests, "focus", lab.hook.grouped_cost)
+        assert d["grouped"] and (d["plain_blocks"], d["grouped_blocks"], d["union_blocks"]) == \
+            (live["plain_blocks"], live["grouped_blocks"], live["union_blocks"]), (d, live)
+        head = d["blocks"].index(int(rec.requests[0].staged_row[0]))
+        readers = sum(r.hooked for r in rec.requests)
+        # the GLOBAL reader is outside the "focus" flag: it reads the head itself
+        assert d["reads_plain"][head] == readers and d["reads_grouped"][head] == 2
+        seen += 1
+    assert seen == f["grouped_steps"]
 
 
 def test_all_groups_the_global_reader_too(lab, reference, monkeypatch):

@@ -15,7 +15,15 @@ import torch
 
 from da_lab.core.grouping import Cost, Row, plan
 from da_lab.hook import grouped
-from da_lab.hook.grouped_exec import FlashExecutor, TorchExecutor, attend, merge_pair
+from da_lab.hook.grouped_exec import (
+    FlashExecutor,
+    TorchExecutor,
+    attend,
+    cpu_isa,
+    cpu_plain,
+    cpu_write,
+    merge_pair,
+)
 
 BS, HQ, HK, D = 32, 4, 2, 64
 NB = 48
@@ -24,17 +32,13 @@ TOL = 2e-5
 
 @pytest.fixture(scope="module")
 def cpu():
-    from vllm import _custom_ops as ops
-    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
-
-    isa = _get_attn_isa(torch.float32, BS, D, "auto")
+    """A paged CPU_ATTN cache of NB blocks filled through vLLM's own write op."""
+    isa = cpu_isa(torch.float32, BS, D)
     g = torch.Generator().manual_seed(0)
     cache = torch.zeros(NB, HK, BS, 2 * D)
-    kc, vc = cache.view(NB, HK, 2 * BS, D).chunk(2, dim=2)
     k, v = torch.randn(NB * BS, HK, D, generator=g), torch.randn(NB * BS, HK, D, generator=g)
-    ops.cpu_attn_reshape_and_cache(k, v, kc, vc, torch.arange(NB * BS), isa, k_scale=1.0,
-                                   v_scale=1.0, kv_cache_dtype="auto")
-    return SimpleNamespace(ops=ops, isa=isa, cache=cache, k=k, v=v, gen=g)
+    cpu_write(cache, k, v, torch.arange(NB * BS), isa)
+    return SimpleNamespace(isa=isa, cache=cache, k=k, v=v, gen=g)
 
 
 def step_rows():
@@ -64,20 +68,7 @@ def metadata(rows):
 
 def plain_kernel(cpu, meta, query):
     """CPU_ATTN's own kernel over the kernel rows (what the plain path runs)."""
-    ops, out = cpu.ops, torch.empty_like(query)
-    kc, vc = cpu.cache.view(NB, HK, 2 * BS, D).chunk(2, dim=2)
-    sched = ops.cpu_attn_get_scheduler_metadata(
-        num_reqs=len(meta.seq_lens), num_heads=HQ, num_kv_heads=HK, head_dim=D,
-        seq_lens=meta.seq_lens, dtype=torch.float32, query_start_loc=meta.query_start_loc,
-        causal=True, sliding_window_size=-1, isa=cpu.isa, enable_kv_split=False,
-        dynamic_causal=None, kv_cache_dtype="auto")
-    ops.cpu_attention_with_kv_cache(
-        query=query, key_cache=kc, value_cache=vc, output=out,
-        query_start_loc=meta.query_start_loc, seq_lens=meta.seq_lens, scale=D ** -0.5,
-        causal=True, alibi_slopes=None, sliding_window=-1, block_table=meta.block_table,
-        softcap=0, scheduler_metadata=sched, s_aux=None, dynamic_causal=None, k_scale=1.0,
-        v_scale=1.0, kv_cache_dtype="auto")
-    return out
+    return cpu_plain(query, cpu.cache, meta, D ** -0.5, cpu.isa)
 
 
 def grouped_run(cpu, rows, query, tamper=None):

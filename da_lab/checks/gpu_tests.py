@@ -27,6 +27,13 @@ starts), all cases at once on the one GPU. A case:
      engine's own logits tie, its choice is a rounding coin flip, counted as `engine_ties`.
      Each case reports how close to a tie its disagreements were (per reference).
 The unmasked reference must differ somewhere, or the case proves nothing and fails.
+
+`--grouped-read focus|all` (issue 59): every case's Lab runs the grouped read (hook/grouped.py;
+a compiled case with PIECEWISE graphs: `--graphs eager,piecewise`), the readers of
+shared_prefix.OVERLAPPING join the shared-prefix readers (their kept chunks overlap), every
+grouped layer is also run the plain way and compared (DA_LAB_GROUPED_CHECK=1), and a case
+passes only if steps were grouped, none was refused, and the largest |grouped - plain| stays
+under GROUPED_TOL.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from da_lab.checks.verdict import compare_graphs, score
 MODELS = ("tiny", "llama-1b-dummy")
 RUNNERS = ("v1", "v2")
 GRAPHS = ("eager", "full_and_piecewise")
+GRAPH_CHOICES = (*GRAPHS, "piecewise")     # piecewise: compiled, attention outside the graphs
 # The CPU smoke: the tiny model, eager, twice; the second case is teacher-forced against the
 # first, as a compiled case is against its eager one on the GPU (it must agree everywhere).
 CPU_CASES = (("tiny", "v1", "eager"), ("tiny", "v1", "eager_again"))
@@ -61,15 +69,16 @@ PAPER = {"paper_spans"}         # scenarios on the paper's prompt (lab.paper_pro
 SHARED_PREFIX = shared_prefix.READERS
 
 
-def prompts(lab) -> dict:
+def prompts(lab, grouped: str | None = None) -> dict:
     """Each scenario's prompt: the seed scenario's, or the same records as Magic Chunks;
-    and each shared-prefix reader's."""
+    and each shared-prefix reader's (with the grouped read, the overlapping readers' too)."""
     from da_lab.core.layout import seed_texts
 
     seed = lab.seed_prompt()
     paper = lab.paper_prompt("What is the value of key 31?", seed_texts()[1])
     return {**{name: paper if name in PAPER else seed for name in SCENARIOS},
-            **shared_prefix.prompts(lab)}
+            **shared_prefix.prompts(lab),
+            **(shared_prefix.prompts(lab, shared_prefix.OVERLAPPING) if grouped else {})}
 
 
 def model_folder(name: str) -> Path:
@@ -95,14 +104,17 @@ def _wait_for(path: Path, timeout: float) -> dict:
     raise TimeoutError(f"no eager result at {path} after {timeout:.0f} s")
 
 
-def drive(lab, prompt: dict, max_tokens: int) -> tuple[dict, dict]:
+def drive(lab, prompt: dict, max_tokens: int, grouped: str | None = None) -> tuple[dict, dict]:
     """The scenarios together on `lab` (`prompt`: each one's); (per-request results, facts).
     The first shared-prefix reader runs one step alone (its prefill caches the corpus), then
-    everything else joins."""
+    everything else joins. `grouped`: the Lab runs the grouped read; the overlapping readers
+    join too, and the facts say what the grouped read did."""
     # logprobs=2: the engine's own top-2 gap at each position, to tell a wrong mask from a
     # bf16 near-tie where the engine and the references disagree.
-    tags = {**SCENARIOS, **{name: t for name, (_, t) in SHARED_PREFIX.items()}}
-    first, *rest = SHARED_PREFIX
+    readers = {**SHARED_PREFIX, **(shared_prefix.OVERLAPPING if grouped else {})}
+    tags = {**SCENARIOS, **{name: t for name, (_, t) in readers.items()}}
+    first, *rest = readers
+    lab.hook.grouped_history.clear()
 
     def add(name: str) -> str:
         return lab.add_request(prompt[name], tags=tags[name], max_tokens=max_tokens,
@@ -125,8 +137,11 @@ def drive(lab, prompt: dict, max_tokens: int) -> tuple[dict, dict]:
                       "engine_gap": [_top2_gap(lp) for lp in r.get("logprobs", [])],
                       "events": [e["kind"] for e in st.events],
                       "masked_steps": sum(k is not None for _, _, k in st.mask_history)}
-    return reqs, {"steps": len(recs), "max_tokens_unseen": max_unseen,
-                  "shared_prefix": shared}
+    facts = {"steps": len(recs), "max_tokens_unseen": max_unseen, "shared_prefix": shared}
+    if grouped:
+        facts["grouped"] = shared_prefix.grouped_verdict(lab.hook.grouped_history, grouped,
+                                                         lab.device)
+    return reqs, facts
 
 
 def _top2_gap(logprobs: dict) -> float | None:
@@ -176,7 +191,8 @@ def references(path: str, prompt, reqs: dict, device: str) -> None:
 
 
 def run_case(model: str, runner: str, graphs: str, max_tokens: int = 40,
-             eager_from: str | None = None, wait_s: float = 480) -> dict:
+             eager_from: str | None = None, wait_s: float = 480,
+             grouped: str | None = None) -> dict:
     """One case in this process: engine run (and teacher forcing against the eager case's
     streams when `eager_from` names its result), then the references (engine shut down)."""
     os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if runner == "v2" else "0"
@@ -190,16 +206,20 @@ def run_case(model: str, runner: str, graphs: str, max_tokens: int = 40,
     t0 = time.perf_counter()
     # runner=None: the Lab only sets the env var; we check the class ourselves and report it.
     # A fixed KV cache on the GPU: no memory profiling for the parallel cases to race.
-    lab = Lab(path, num_blocks=160, max_model_len=2048, eager=(graphs != "full_and_piecewise"),
-              **({"kv_cache_memory_bytes": 1 << 30} if cuda else {}))
+    extra = {"kv_cache_memory_bytes": 1 << 30} if cuda else {}
+    if graphs == "piecewise":
+        extra["compilation_config"] = {"cudagraph_mode": "PIECEWISE"}
+    lab = Lab(path, num_blocks=160, max_model_len=2048,
+              eager=graphs not in ("full_and_piecewise", "piecewise"),
+              grouped_read=grouped, **extra)
     info = {"runner_class": lab.runner_class, "runner_ran": lab.runner_kind,
             "cudagraph_mode": lab.graph_mode(), "backend": lab.hook.backend,
             "engine_start_s": round(time.perf_counter() - t0, 1), "engine": lab.engine_name,
             "device": lab.device,
             "async_scheduling": bool(access.vllm_config(lab.llm).scheduler_config.async_scheduling)}
     try:
-        prompt = prompts(lab)
-        reqs, facts = drive(lab, prompt, max_tokens)
+        prompt = prompts(lab, grouped)
+        reqs, facts = drive(lab, prompt, max_tokens, grouped)
         info.update(facts)
         if eager_from:
             _teacher_force(lab, prompt, reqs, _wait_for(Path(eager_from), wait_s))
@@ -217,7 +237,7 @@ def child(args) -> int:
 
     m, r, g = args.case
     try:
-        out = run_case(m, r, g, eager_from=args.eager_from)
+        out = run_case(m, r, g, eager_from=args.eager_from, grouped=args.grouped_read)
     except Exception as e:          # noqa: BLE001 - a broken case is reported, not lost
         import traceback
 
@@ -251,6 +271,9 @@ def _run_cases(cases, raw: Path, args) -> list[dict]:
             argv += ["--eager-from", str(raw / f"{m}-{r}-eager.json")]
         # Own compile cache per case: the cases compile at the same time.
         env = {"VLLM_CACHE_ROOT": f"/tmp/da_lab_vllm_cache/{m}-{r}-{g}"}
+        if args.grouped_read:
+            argv += ["--grouped-read", args.grouped_read]
+            env["DA_LAB_GROUPED_CHECK"] = "1"
         if args.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
         procs.append(ChildProcess(argv, out=f, log=raw / f"{m}-{r}-{g}.log", env=env,
@@ -281,6 +304,9 @@ def _rows(results: list[dict], threshold: float) -> list[dict]:
             if "shared_prefix" in c:
                 row["shared_prefix"] = c["shared_prefix"]
                 row["passed"] = row["passed"] and c["shared_prefix"]["passed"]
+            if "grouped" in c:          # --grouped-read: it ran, and equalled the plain path
+                row["grouped"] = c["grouped"]
+                row["passed"] = row["passed"] and c["grouped"]["passed"]
             e = by_key.get((c["model"], c["runner"], "eager"))
             if c["graphs"] != "eager":
                 if e is None or "error" in e:
@@ -310,7 +336,11 @@ def main(argv: list[str] | None = None) -> int:
                          "against itself); cuda: every model x runner x graph mode")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--runners", default=",".join(RUNNERS))
-    ap.add_argument("--graphs", default=",".join(GRAPHS))
+    ap.add_argument("--graphs", default=",".join(GRAPHS),
+                    help=f"comma list of {', '.join(GRAPH_CHOICES)}")
+    ap.add_argument("--grouped-read", choices=("focus", "all"), default=None,
+                    help="run every case with the grouped read (issue 59; compiled cases need "
+                         "--graphs eager,piecewise) and check it against the plain path")
     ap.add_argument("--threshold", type=float, default=0.25,
                     help="float32 reference's top-2 logit gap under which a position is a "
                          "near-tie (default 0.25)")
@@ -358,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{g16.get('max')} teacher-forced={r.get('eager_tokens_compared', '-')}/"
               f"{r.get('eager_mismatches', '-')} "
               f"shared-prefix={_shared_word(r.get('shared_prefix'))} "
+              f"grouped={shared_prefix.grouped_word(r.get('grouped'))} "
               f"{r.get('error', '')[:300]}")
     print(f"wrote {out}")
     return 0 if all(r["passed"] for r in rows) else 1

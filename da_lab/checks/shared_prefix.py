@@ -106,3 +106,27 @@ def sharing(steps: dict[str, list], n_shared: int) -> dict:
             "physical_ids": [int(b) for b in shared], "rows_equal": rows_equal,
             "focus_steps": focus_steps, "kernel_rows_in_corpus": kernel_ok,
             "cached_tokens": cached}
+
+
+# |grouped - plain| of a layer's outputs: float32 on the CPU is exact to ~1e-6; in bfloat16 each
+# partial is rounded before the merge (as vLLM's own cascade attention does), a few 2^-8.
+GROUPED_TOL = {"cpu": 1e-4, "cuda": 0.08}
+
+
+def grouped_verdict(history, flag: str, device: str) -> dict:
+    """The GPU run's verdict on the grouped read (checks/gpu_tests.py --grouped-read): steps
+    were grouped, none refused, every grouped layer checked against the plain path
+    (DA_LAB_GROUPED_CHECK=1) and within GROUPED_TOL of it."""
+    g = grouped_facts(history)
+    tol = GROUPED_TOL["cuda" if device == "cuda" else "cpu"]
+    g.update(flag=flag, tolerance=tol, passed=bool(
+        g["ran_steps"] and not g["refused_steps"] and g["check_layers"] == g["layers"]
+        and g["check_max_abs"] is not None and g["check_max_abs"] < tol))
+    return g
+
+
+def grouped_word(facts: dict | None) -> str:
+    if facts is None:
+        return "-"
+    return (f"{'ok' if facts['passed'] else 'BROKEN'}({facts['ran_steps']} steps, "
+            f"max|diff| {facts['check_max_abs']})")

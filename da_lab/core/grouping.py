@@ -129,13 +129,13 @@ class Plan:
 
 class _Index:
     """Every (row, block) entry of the step, sorted once: the distinct blocks (`ub`), each
-    entry's block (`inv`) and row (`rid`), whether it is its row's last block, each block's
+    entry's block (`inv`) and row (`owner`), whether it is its row's last block, each block's
     first entry and count."""
 
     def __init__(self, blocks: list[np.ndarray]) -> None:
         lens = np.array([len(b) for b in blocks])
         self.cat = np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
-        self.rid = np.repeat(np.arange(len(blocks)), lens)
+        self.owner = np.repeat(np.arange(len(blocks)), lens)
         self.last = np.zeros(len(self.cat), dtype=bool)
         self.last[np.cumsum(lens)[lens > 0] - 1] = True
         self.ub, self.first, self.inv, self.counts = np.unique(
@@ -155,11 +155,11 @@ def _check(rows: Sequence[Row], blocks: list[np.ndarray], ix: _Index, block_size
                              f"of {block_size} (all but the last full)")
         if r.query_len < 1:
             raise ValueError(f"batch row {r.row}: query_len {r.query_len} < 1")
-    key = ix.inv * max(1, len(rows)) + ix.rid            # (block, row): each at most once
+    key = ix.inv * max(1, len(rows)) + ix.owner            # (block, row): each at most once
     dup = (np.bincount(key).max(initial=0) > 1 if len(ix.ub) * len(rows) <= 1 << 24
            else len(np.unique(key)) != len(key))
     if dup:
-        row = rows[int(ix.rid[np.flatnonzero(np.bincount(key)[key] > 1)[0]])].row
+        row = rows[int(ix.owner[np.flatnonzero(np.bincount(key)[key] > 1)[0]])].row
         raise ValueError(f"batch row {row}: a kernel row must name each physical block once")
 
 
@@ -170,7 +170,7 @@ def _groups(rows: Sequence[Row], ix: _Index) -> list[Group]:
     if dec.sum() < 2:
         return []
     col = np.cumsum(dec) - 1                       # a decode row's column in the bit matrix
-    entry = dec[ix.rid] & ~ix.last
+    entry = dec[ix.owner] & ~ix.last
     is_last = np.zeros(len(ix.ub), dtype=bool)     # a last block is never grouped, for anyone
     is_last[ix.inv[ix.last]] = True
     readers = np.bincount(ix.inv[entry], minlength=len(ix.ub))
@@ -181,7 +181,7 @@ def _groups(rows: Sequence[Row], ix: _Index) -> list[Group]:
     at[shared] = np.arange(int(shared.sum()))
     keep = entry & shared[ix.inv]
     member = np.zeros((int(shared.sum()), int(dec.sum())), dtype=bool)
-    member[at[ix.inv[keep]], col[ix.rid[keep]]] = True
+    member[at[ix.inv[keep]], col[ix.owner[keep]]] = True
     sigs, which = np.unique(np.packbits(member, axis=1), axis=0, return_inverse=True)
     which = which.reshape(-1)
     sb, sfirst = ix.ub[shared], ix.first[shared]

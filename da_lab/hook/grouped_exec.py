@@ -221,6 +221,45 @@ class FlashExecutor:
         merge_slots(output, own_lse, t.g_out, g_lse, t, merge)
 
 
+# ---- CPU_ATTN's own ops, for the numeric check against the plain kernel ---------------------
+def cpu_isa(dtype, block_size: int, head_size: int) -> str:
+    """The ISA CPU_ATTN's builder picks for these shapes (what it sets as `layer.isa`)."""
+    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+    return _get_attn_isa(dtype, block_size, head_size, "auto")
+
+
+def cpu_write(cache, k, v, slots, isa: str) -> None:
+    """K/V [n, Hkv, D] into the paged cache [blocks, Hkv, block, 2D] at `slots`, vLLM's way."""
+    from vllm import _custom_ops as ops
+
+    nb, hk, bs, d2 = cache.shape
+    kc, vc = cache.view(nb, hk, 2 * bs, d2 // 2).chunk(2, dim=2)
+    ops.cpu_attn_reshape_and_cache(k, v, kc, vc, slots, isa, k_scale=1.0, v_scale=1.0,
+                                   kv_cache_dtype="auto")
+
+
+def cpu_plain(query, cache, meta, scale: float, isa: str):
+    """CPU_ATTN's own kernel over the metadata's rows (the plain path), causal."""
+    from vllm import _custom_ops as ops
+
+    nb, hk, bs, d2 = cache.shape
+    kc, vc = cache.view(nb, hk, 2 * bs, d2 // 2).chunk(2, dim=2)
+    out = torch.empty_like(query)
+    sched = ops.cpu_attn_get_scheduler_metadata(
+        num_reqs=len(meta.seq_lens), num_heads=query.shape[1], num_kv_heads=hk,
+        head_dim=d2 // 2, seq_lens=meta.seq_lens, dtype=query.dtype,
+        query_start_loc=meta.query_start_loc, causal=True, sliding_window_size=-1, isa=isa,
+        enable_kv_split=False, dynamic_causal=None, kv_cache_dtype="auto")
+    ops.cpu_attention_with_kv_cache(
+        query=query, key_cache=kc, value_cache=vc, output=out,
+        query_start_loc=meta.query_start_loc, seq_lens=meta.seq_lens, scale=scale,
+        causal=True, alibi_slopes=None, sliding_window=-1, block_table=meta.block_table,
+        softcap=0, scheduler_metadata=sched, s_aux=None, dynamic_causal=None, k_scale=1.0,
+        v_scale=1.0, kv_cache_dtype="auto")
+    return out
+
+
 def executor_for(backend_name: str):
     """The executor for an attention backend (by vLLM's name), or None."""
     return {"CPU_ATTN": TorchExecutor, "FLASH_ATTN": FlashExecutor}.get(backend_name)
