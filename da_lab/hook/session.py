@@ -168,6 +168,7 @@ class Session:
     def note_grouped(self, unavailable: str | None, cost) -> None:
         """What the grouped read can do in this engine (runners/common.note_runner)."""
         self.grouped_unavailable, self.grouped_cost = unavailable, cost
+        self.grouped_plan = None
 
     def attach_grouped(self, meta, cm):
         """The builder returned `meta` for this step's edited `cm`: with the flag on, the step's
