@@ -16,6 +16,7 @@ from da_lab.bench.shared import (
     focus_pairs,
     focus_tag,
     kept_corpus_len,
+    pair_blocks,
     shared_layout,
 )
 
@@ -71,3 +72,41 @@ def test_shared_bench_reads_the_corpus_from_the_prefix_cache(tmp_path, tiny_mode
     assert f["kept_source"] == "hook" and f["hook_steps"] == f["steps"]
     assert abs(f["kept_block_fraction"] - f["kept_block_fraction_expected"]) < 0.02
     assert f["kept_block_fraction"] < 0.3
+
+
+def test_grouped_modes_and_per_row_pairs(tmp_path, tiny_model):
+    """focus_grouped / global_grouped (issue 59): every timed step runs the grouped read in
+    every layer, and attention reads within 1.2x the union of the kept blocks (the issue's
+    goal), fewer blocks than the kernel rows name; stock_kept_pairs gives each request its own
+    cut (head + its FOCUS pair): FOCUS's read pattern, kept fraction and all, without DA."""
+    out = tmp_path / "grouped.json"
+    cmd = [sys.executable, "-m", "da_lab.cli", "bench", "--models", "tiny",
+           "--modes", "focus_grouped,global_grouped,stock_kept_pairs", "--contexts", "1024",
+           "--batches", "4", "--shared", "64", "--decode-steps", "4", "--warmup-steps", "2",
+           "--repeats", "1", "--profile-steps", "0", "--no-plot", "--out", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, VLLM_LOGGING_STREAM="ext://sys.stderr"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    by = {r["mode"]: r for r in doc["rows"]}
+    for r in by.values():
+        assert not r.get("error") and not r.get("skipped"), r
+    for mode, flag in (("focus_grouped", "focus"), ("global_grouped", "all")):
+        r = by[mode]
+        assert r["grouped_read"] == flag and r["hook_steps"] == r["steps"], r
+        assert r["grouped_steps"] == r["planned_steps"] == r["steps"], r
+        assert r["grouped_layers_per_step"] >= 2 and r["grouped_refused_steps"] == 0, r
+        assert r["kv_blocks_read_per_step"] < r["kv_blocks_kernel_rows_per_step"], r
+        assert r["kv_read_over_union"] <= 1.2, r
+        assert r["kv_bytes_read_per_step"] == round(
+            r["kv_blocks_read_per_step"] * 32 * r["kv_bytes_per_token"]), r
+    assert by["global_grouped"]["kv_read_over_union"] == 1.0     # every row reads the corpus
+    kids = {c["mode"]: c for c in doc["children"]}
+    assert kids["focus_grouped"]["grouped_unavailable"] is None
+    pairs = by["stock_kept_pairs"]
+    lay = shared_layout(1024, 32, 64)
+    assert pairs["prompt_len"] == max(len(pair_blocks(lay, i)) for i in range(4)) * 32 + 64
+    assert abs(pairs["kept_block_fraction"] - pairs["kept_block_fraction_expected"]) < 0.02
+    assert abs(pairs["kept_block_fraction"]
+               - by["focus_grouped"]["kept_block_fraction"]) < 0.02     # FOCUS's pattern
+    assert "focus_grouped/stock_kept_pairs" in doc["ratios"][0]

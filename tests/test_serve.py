@@ -5,6 +5,8 @@ layouts are HTTP 400s, a client that leaves mid-tag leaves nothing behind, /metr
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -342,8 +344,7 @@ def test_the_server_records_a_trace_a_widget_can_follow(server, client, lab):
     seed = lab.seed_prompt()
     r = client.send(seed, tags=[(1, "<focus C4>")], max_tokens=10, ignore_eos=True)
     deadline = time.monotonic() + 30
-    # One record per step it ran in, and one more once it ended: its last token (read by the
-    # tag machine at the step after, which it is no longer part of).
+    # One record per step it ran in, and one more with its last token once it ended.
     while not src.ensure(n + r.stats["steps"]) and time.monotonic() < deadline:
         time.sleep(0.2)
     parts = [q for rec in src.records[n:] if (q := rec.request(r.request_id)) is not None]
@@ -352,20 +353,15 @@ def test_the_server_records_a_trace_a_widget_can_follow(server, client, lab):
     mine = [q for q in parts if q.hooked]
     assert len(mine) == r.stats["steps"]
     assert sum(q.blocks_read for q in mine) == r.stats["blocks_read"]
-    assert [q.mode for q in mine][-1] == "focus" and any(q.kept_logical is not None
-                                                         for q in mine)
+    assert mine[-1].mode == "focus" and any(q.kept_logical is not None for q in mine)
     added = [a for rec in src.records[n:] for a in rec.added if a["req"] == r.request_id]
     assert added and added[0]["layout"] == seed.layout.to_dict()
     held = {int(b) for rec in src.records[n:] for b, own in rec.kv.get("assign", {}).items()
-            if r.request_id in own}
-    first = next(q for q in mine if q.staged_row is not None)
-    assert set(first.staged_row.tolist()) <= held               # its blocks, as the map says
+            if r.request_id in own}      # its blocks, as the map says
+    assert set(next(q for q in mine if q.staged_row is not None).staged_row.tolist()) <= held
 
 
 def test_ask_cli_check_tool_and_bench_extra_body(server, client, tmp_path):
-    import subprocess
-    import sys
-
     from da_lab.bench.served import extra_body
 
     files = []

@@ -8,9 +8,26 @@ import sys
 import time
 import traceback
 
-from da_lab.bench.plan import bench_layout, focus_fraction, kept_fraction, kept_prompt_len
+from da_lab.bench.plan import (
+    GROUPED,
+    base_mode,
+    bench_layout,
+    focus_fraction,
+    kept_fraction,
+    kept_prompt_len,
+)
 from da_lab.bench.report import spread
-from da_lab.bench.shared import blocks_needed, corpus_len, focus_tag, kept_corpus_len, shared_layout
+from da_lab.bench.shared import (
+    blocks_needed,
+    blocks_needed_pairs,
+    corpus_len,
+    focus_tag,
+    grouped_account,
+    kept_corpus_len,
+    pair_blocks,
+    pair_corpus,
+    shared_layout,
+)
 from da_lab.core.cost import cost, step_positions
 
 
@@ -37,8 +54,10 @@ class Measuring:
         q = self.spec.get("shared", 0)
         if q:
             corpus = np.random.default_rng([self.spec["seed"], context, 1 << 30]).integers(
-                3, hi, size=corpus_len(layout)).tolist()[:length - q]
-            return [corpus + np.random.default_rng([self.spec["seed"], context, i]).integers(
+                3, hi, size=corpus_len(layout)).tolist()
+            cut = ((lambda i: pair_corpus(layout, corpus, i))       # each request its own pair
+                   if self.spec["mode"] == "stock_kept_pairs" else lambda i: corpus[:length - q])
+            return [cut(i) + np.random.default_rng([self.spec["seed"], context, i]).integers(
                 3, hi, size=q).tolist() for i in range(batch)]
         out = []
         for i in range(batch):
@@ -66,7 +85,7 @@ class Measuring:
 
     def tag_of(self, mode: str, i: int) -> list[int]:
         """Request i's tag token ids (--shared: each FOCUS request names its own chunks)."""
-        if mode == "focus" and self.spec.get("shared"):
+        if base_mode(mode) == "focus" and self.spec.get("shared"):
             return self.tok.encode(focus_tag(i), add_special_tokens=False).ids
         return self.tag_ids.get(mode, [])
 
@@ -87,7 +106,11 @@ class Measuring:
             for b in batches:
                 self._emit(self._row(context, b, skipped=str(e)))
             return None, 0, []
-        if q:       # the corpus is held once (prefix cache), each request's own part apart
+        if q and mode == "stock_kept_pairs":     # each request its own cut of the corpus
+            bs = layout.block_size
+            length = max(len(pair_blocks(layout, i)) for i in range(max(batches))) * bs + q
+            need = {b: blocks_needed_pairs(layout, b, s["max_model_len"]) for b in batches}
+        elif q:     # the corpus is held once (prefix cache), each request's own part apart
             length = kept_corpus_len(layout) + q if mode == "stock_kept" else layout.prompt_len
             need = {b: blocks_needed(layout, b, s["max_model_len"]) for b in batches}
         else:
@@ -113,13 +136,14 @@ class Measuring:
         from da_lab.engine.access import output_kind
 
         mode, q = self.spec["mode"], self.spec.get("shared", 0)
-        max_tokens = self.spec["max_model_len"] - length
-        self.counts, self.cached = {}, {}
+        self.counts, self.cached, self.prompt_lens = {}, {}, {}
         da_ids = []
         prompts = self.prompts(context, batch, length, layout)
-        if q:
+        self.warm_s = 0.0           # stock_kept_pairs: no one prefix to warm
+        if q and mode != "stock_kept_pairs":
             self.warm_s = self.warm_prefix(f"warm-{context}", prompts[0][:-q])
         for i, ids in enumerate(prompts):
+            max_tokens = self.spec["max_model_len"] - len(ids)
             da_id = f"{mode}-{context}-{i}"
             tag = self.tag_of(mode, i)
             extra = None
@@ -134,6 +158,7 @@ class Measuring:
                                             "max_tokens": max_tokens,
                                             "layout": layout.to_dict(), "tags": []})
             self.counts[da_id] = 0
+            self.prompt_lens[da_id] = len(ids)
             da_ids.append(da_id)
         return da_ids
 
@@ -258,26 +283,30 @@ class Measuring:
                 row["recording_ms_per_step"] = round(
                     (self.recorder.seconds - rec_s) / max(1, steps * repeats) * 1e3, 3)
         else:
-            n = length if mode == "stock_kept" else n_all
-            read = sum(blocks_of(n + before[r], bs) + blocks_of(n + after[r], bs)
+            n = self.prompt_lens          # stock reads all it has: its own prompt + outputs
+            read = sum(blocks_of(n[r] + before[r], bs) + blocks_of(n[r] + after[r], bs)
                        for r in da_ids) / 2
             row.update(kept_block_fraction=round(read / full, 4), kept_source="seq_len",
                        kv_blocks_read_per_step=read,
-                       # stock reads all it has: its cost is its length over the full context's
+                       # its cost is its length over the full context's
                        decoding_attention_cost=round(
-                           sum(n + before[r] + n + after[r] for r in da_ids)
+                           sum(n[r] + before[r] + n[r] + after[r] for r in da_ids)
                            / sum(n_all + before[r] + n_all + after[r] for r in da_ids), 4))
-            if mode == "stock_kept":
-                row["kept_block_fraction_expected"] = round(kept_fraction(
-                    layout, "focus", round(mid_seq),
-                    focus_tag(0) if s.get("shared") else None), 4)
+            if base_mode(mode) == "stock_kept":
+                tags = [focus_tag(i if mode == "stock_kept_pairs" else 0) if s.get("shared")
+                        else None for i in range(len(da_ids))]
+                row["kept_block_fraction_expected"] = round(sum(kept_fraction(
+                    layout, "focus", round(mid_seq), t) for t in tags) / len(tags), 4)
+        if row.get("kv_blocks_read_per_step") is not None and row.get("kv_bytes_per_token"):
+            row["kv_bytes_read_per_step"] = round(
+                row["kv_blocks_read_per_step"] * bs * row["kv_bytes_per_token"])
         if s["profile_steps"] > 0:
             row.update(self.profile(s["profile_steps"]))
         return row
 
     def _hook_fractions(self, row: dict, log: list[dict], layout, da_ids, mid_seq) -> None:
         """The kept fraction the kernel was given, read back from the hook's step records."""
-        mode = "global" if self.spec["mode"] == "global_recording" else self.spec["mode"]
+        mode = base_mode(self.spec["mode"])
         tags = [focus_tag(i) if mode == "focus" and self.spec.get("shared") else None
                 for i in range(len(da_ids))]           # --shared: each request its own pair
         row["kept_block_fraction_expected"] = round(sum(
@@ -302,5 +331,13 @@ class Measuring:
                        kv_blocks_read_per_step=read / n_steps,
                        kv_blocks_full_per_step=total / n_steps, hook_steps=n_steps,
                        hook_us_per_step=round(sum(hook_us) / n_steps, 1))
+            if self.spec["mode"] in GROUPED:
+                # The kernel rows name kv_blocks_read_per_step blocks; the grouped path reads
+                # each shared one once (the plans', hook/grouped.py): what attention reads.
+                acc = grouped_account(log)
+                row.update(acc, grouped_read=GROUPED[self.spec["mode"]],
+                           kv_blocks_kernel_rows_per_step=read / n_steps)
+                if acc.get("planned_steps"):
+                    row["kv_blocks_read_per_step"] = acc["kv_blocks_grouped_per_step"]
         else:
             row["note"] = "the hook recorded no decode step for these requests"

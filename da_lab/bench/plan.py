@@ -15,9 +15,22 @@ from da_lab.models.dummy import (  # noqa: F401 - re-exported for da-lab bench
 # and tiny-hybrid (da-tiny-hybrid, Gemma-3-shaped) for the CPU.
 HYBRID_MODELS = ("gemma4-31b-dummy", "qwen36-27b-dummy", "tiny-hybrid")
 MODELS = ("tiny", "llama-8b-dummy", *HYBRID_MODELS)
-MODES = ("stock", "focus", "global", "stock_kept", "local", "global_recording", "focus_paper")
+MODES = ("stock", "focus", "global", "stock_kept", "local", "global_recording", "focus_paper",
+         "global_grouped", "focus_grouped", "stock_kept_pairs")
 DEFAULT_MODES = ("stock", "focus", "global", "stock_kept", "local")
-STOCK_MODES = ("stock", "stock_kept")
+STOCK_MODES = ("stock", "stock_kept", "stock_kept_pairs")
+# The grouped read (issue 59, hook/grouped.py): the mode's rows and the flag that groups them.
+# The engine runs PIECEWISE CUDA graphs (attention outside the graphs) in these modes.
+GROUPED = {"global_grouped": "all", "focus_grouped": "focus"}
+# What each mode does to the requests (tags, prompts) when it is a variant of another.
+BASE = {"global_grouped": "global", "focus_grouped": "focus", "global_recording": "global",
+        "stock_kept_pairs": "stock_kept"}
+
+
+def base_mode(mode: str) -> str:
+    return BASE.get(mode, mode)
+
+
 FOCUS_CHUNKS = (2, 7)           # the director writes "<focus C2,C7>"
 N_CHUNKS = 16
 TAGS = {"focus": "<focus C2,C7>", "local": "<local>", "focus_paper": "<focus C2,C7>"}

@@ -3,6 +3,7 @@ attention kernels' time from a torch.profiler run."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 # Kernel / op names counted as attention (case-insensitive substrings), and names that match
@@ -10,6 +11,29 @@ from pathlib import Path
 ATTN_PATTERNS = ("flash", "fwd_kernel", "flashattn", "attention", "attn", "fmha")
 ATTN_EXCLUDE = ("reshape_and_cache", "scheduler_metadata", "rotary", "rope")
 CPU_WRAPPERS = ("unified_attention",)    # python-side custom-op wrappers on the CPU path
+
+
+def device_kind() -> tuple[str, str]:
+    """('cuda' | 'cpu', device name), without importing torch or vLLM (the children report the
+    name torch gives; this one only picks the defaults)."""
+    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+        try:
+            for line in info.read_text().splitlines():
+                if line.startswith("Model:"):
+                    return "cuda", line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) != "" and Path("/dev/nvidiactl").exists():
+        return "cuda", "cuda"
+    name = "cpu"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return "cpu", name
 
 
 def device_name(torch) -> str:

@@ -52,6 +52,14 @@ def ideal_speedup(row: dict) -> float | None:
     return round((w + full * tok) / (w + read * tok), 3)
 
 
+# decode tok/s ratios the run reports (where both modes ran)
+PAIRS = (("focus", "stock_kept"), ("focus", "global"), ("global", "stock"), ("local", "global"),
+         ("global_recording", "global"), ("focus", "stock_kept_pairs"),
+         ("focus_grouped", "focus"), ("focus_grouped", "stock_kept"),
+         ("focus_grouped", "stock_kept_pairs"), ("global_grouped", "global"),
+         ("global_grouped", "stock"))
+
+
 def ratios(rows: list[dict]) -> list[dict]:
     """decode tok/s ratios per model/context/batch, and the attention-time speedup of FOCUS
     (global's attention ms per step / focus's)."""
@@ -66,12 +74,12 @@ def ratios(rows: list[dict]) -> list[dict]:
     out = []
     for (m, c, b), v in by.items():
         d = {"model": m, "context": c, "batch": b}
-        for a, z in (("focus", "stock_kept"), ("focus", "global"), ("global", "stock"),
-                     ("local", "global"), ("global_recording", "global")):
+        for a, z in PAIRS:
             d[f"{a}/{z}"] = round(v[a] / v[z], 3) if a in v and z in v else None
         t = attn.get((m, c, b), {})
-        d["attn global/focus"] = (round(t["global"] / t["focus"], 3)
-                                  if "global" in t and "focus" in t else None)
+        for a, z in (("global", "focus"), ("focus", "focus_grouped"),
+                     ("global", "global_grouped")):
+            d[f"attn {a}/{z}"] = round(t[a] / t[z], 3) if a in t and z in t else None
         out.append(d)
     return out
 
@@ -122,9 +130,11 @@ def table(doc: dict) -> str:
     lines = [f"run {doc['run_id']}  {doc['vllm']}  {doc['device']}  runner "
              f"{', '.join(doc['runner']) or '-'}",
              f"{'model':<15} {'context':>7} {'batch':>5} {'mode':<16} {'kept':>6} {'cost':>6} "
-             f"{'tok/s':>10} {'min..max (n)':>20} {'attn ms':>8} {'ideal':>6}  note"]
+             f"{'tok/s':>10} {'min..max (n)':>20} {'attn ms':>8} {'KV GB':>6} {'/union':>6} "
+             f"{'ideal':>6}  note"]
     for r in doc["rows"]:
         note = r.get("error") or r.get("skipped") or r.get("note") or ""
+        gb = r.get("kv_bytes_read_per_step")          # KV bytes attention reads per step
         sp = r.get("decode_tok_s_spread") or {}
         rng = (f"{sp['min']:.1f}..{sp['max']:.1f} ({len(r.get('decode_tok_s_repeats', []))})"
                if sp.get("min") is not None else "-")
@@ -133,9 +143,11 @@ def table(doc: dict) -> str:
                      f"{_fmt(r.get('decoding_attention_cost'), '.3f'):>6} "
                      f"{_fmt(r['decode_tok_s'], '.1f'):>10} {rng:>20} "
                      f"{_fmt(r['attn_ms_per_step'], '.3f'):>8} "
+                     f"{_fmt(gb and gb / 1e9, '.2f'):>6} "
+                     f"{_fmt(r.get('kv_read_over_union'), '.3f'):>6} "
                      f"{_fmt(r['ideal_speedup'], '.2f'):>6}  {note[:90]}")
-    keys = ("focus/stock_kept", "focus/global", "global/stock", "local/global",
-            "global_recording/global", "attn global/focus")
+    keys = tuple(f"{a}/{z}" for a, z in PAIRS) + (
+        "attn global/focus", "attn focus/focus_grouped", "attn global/global_grouped")
     shown = [k for k in keys if any(x.get(k) is not None for x in doc["ratios"])]
     if shown:
         lines += ["", f"{'model':<15} {'context':>7} {'batch':>5} "
@@ -183,7 +195,9 @@ def figure(doc: dict):
                         + [f"{m}: attention ms per step" for m in models],
                         vertical_spacing=0.12)
     colors = {"stock": "#444444", "stock_kept": "#999999", "global": "#1f77b4",
-              "focus": "#d62728", "local": "#2ca02c", "global_recording": "#9467bd"}
+              "focus": "#d62728", "local": "#2ca02c", "global_recording": "#9467bd",
+              "global_grouped": "#17becf", "focus_grouped": "#ff7f0e",
+              "stock_kept_pairs": "#bcbd22"}
     dashes = ["solid", "dash", "dot", "dashdot", "longdash"]
     batches = sorted({r["batch"] for r in doc["rows"]})
     for j, m in enumerate(models, start=1):

@@ -18,6 +18,8 @@ one has exited, unless --overlap-import asks otherwise. The modes:
     focus_paper  the same at the paper's per-step attention ratio, 0.5 of the blocks (§5.2)
     local        the hook under <local>: scaffold + tail + response only
     global_recording   global with Lab-style recording on (staged rows + a trace file per step)
+    global_grouped, focus_grouped   ... with the grouped read (issue 59, hook/grouped.py)
+    stock_kept_pairs   --shared: stock, each request its own cut (head + its FOCUS pair)
 
 Per row: decode tokens/s over `--repeats` (default 3) windows of `--decode-steps` pure decode
 steps (median, min/max/stdev), the profiler's attention time and where a step's time goes, the
@@ -48,6 +50,7 @@ from da_lab.bench.plan import (  # noqa: F401
     model_fields,
     prepare_model,
 )
+from da_lab.bench.profiling import device_kind as _device
 from da_lab.bench.report import (
     add_roofline,
     check_overlap,
@@ -79,29 +82,6 @@ def _names(s: str, known: tuple[str, ...], what: str) -> list[str]:
     if bad or not out:
         raise SystemExit(f"da-lab bench: unknown {what} {bad or s!r} (known: {', '.join(known)})")
     return out
-
-
-def _device() -> tuple[str, str]:
-    """('cuda' | 'cpu', device name), without importing torch or vLLM (the children report the
-    name torch gives; this one only picks the defaults)."""
-    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
-        try:
-            for line in info.read_text().splitlines():
-                if line.startswith("Model:"):
-                    return "cuda", line.split(":", 1)[1].strip()
-        except OSError:
-            pass
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) != "" and Path("/dev/nvidiactl").exists():
-        return "cuda", "cuda"
-    name = "cpu"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return "cpu", name
 
 
 def _run_id() -> str:
@@ -224,6 +204,10 @@ def add_arguments(p) -> None:
                         "engine waits for the current one's end); rows whose timed steps it "
                         "overlapped get a note (default: off)")
     p.add_argument("--no-plot", action="store_true", help="write no HTML/PNG plot")
+    p.add_argument("--cudagraph-mode", default=None, metavar="MODE",
+                   help="vLLM's cudagraph_mode for every compiled child (e.g. PIECEWISE, to "
+                        "measure what the grouped modes' graph mode costs alone); default: "
+                        "vLLM's, PIECEWISE for the grouped modes")
 
 
 def _settings(args) -> tuple[dict, str]:
@@ -259,7 +243,7 @@ def _settings(args) -> tuple[dict, str]:
             "focus_fraction": args.focus_fraction, "focus_tag": TAGS["focus"],
             "n_chunks": N_CHUNKS, "seed": args.seed, "overlap_import": bool(args.overlap_import),
             "llama_vocab": args.llama_vocab, "kv_cache": args.kv_cache, "spans": args.spans,
-            "shared": args.shared}, \
+            "shared": args.shared, "cudagraph_mode": args.cudagraph_mode}, \
         dev_name
 
 
@@ -279,7 +263,8 @@ def _plan(settings: dict, args) -> list[dict]:
                                               "profile_steps", "runner", "eager",
                                               "dtype", "max_model_len", "max_num_batched_tokens",
                                               "gpu_memory_utilization", "focus_fraction", "seed",
-                                              "kv_cache", "spans", "shared")}})
+                                              "kv_cache", "spans", "shared",
+                                              "cudagraph_mode")}})
     return plan
 
 

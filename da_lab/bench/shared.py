@@ -6,7 +6,11 @@ and N_CHUNKS equal chunks), which the prefix cache holds once, plus a question o
 own (the layout's tail: always read). Under FOCUS each request names its own pair of chunks, a
 different pair for every request of a batch, so the batch's rows keep different blocks of the
 same physical cache. stock_kept (the physical limit) is stock on the corpus cut to the blocks
-one FOCUS request keeps, plus the question: a prompt of the kept length.
+one FOCUS request keeps, plus the question: a prompt of the kept length, the same prefix for
+every request. stock_kept_pairs (issue 59): stock on each request's own cut, the head and the
+pair of chunks its FOCUS keeps, plus its question: FOCUS's read pattern without DA (the prefix
+cache shares the head, and a first chunk between requests that keep the same one).
+`grouped_account` reads the grouped read's plans (hook/grouped.py) off the hook's steps.
 """
 
 from __future__ import annotations
@@ -62,3 +66,50 @@ def blocks_needed(layout, batch: int, max_model_len: int) -> int:
     bs = layout.block_size
     own = -(-(max_model_len - corpus_len(layout)) // bs)
     return corpus_len(layout) // bs + batch * own
+
+
+def pair_blocks(layout, i: int) -> list[int]:
+    """Logical corpus blocks request i's FOCUS keeps: the head and its pair's chunks."""
+    a, b = focus_pairs(layout.n_chunks)[i % len(focus_pairs(layout.n_chunks))]
+    return [*range(layout.head_blocks), *layout.chunk_range(a), *layout.chunk_range(b)]
+
+
+def pair_corpus(layout, corpus: list[int], i: int) -> list[int]:
+    """stock_kept_pairs' prompt for request i without its question: the corpus tokens of the
+    blocks its FOCUS keeps, in order."""
+    bs = layout.block_size
+    return [t for blk in pair_blocks(layout, i) for t in corpus[blk * bs:(blk + 1) * bs]]
+
+
+def blocks_needed_pairs(layout, batch: int, max_model_len: int) -> int:
+    """KV blocks a stock_kept_pairs batch needs at most: each request its own cut (the prefix
+    cache may share the head and some first chunks; not counted)."""
+    bs = layout.block_size
+    own = -(-(max_model_len - corpus_len(layout)) // bs)
+    return sum(len(pair_blocks(layout, i)) + own for i in range(batch))
+
+
+def grouped_account(steps) -> dict:
+    """The grouped read's plans over a window of hook steps (each step's `grouping` account,
+    hook/grouped.py), per step: blocks the plain path reads (every kernel row), blocks the
+    grouped path reads (each shared block once + each row's own; the plain count in a step
+    that was not grouped), the union of the blocks read, and how many steps were grouped."""
+    acc = [g for g in (getattr(s, "grouping", None) for s in steps) if g]
+    ran = [g for g in acc if g.get("grouped") and g.get("layers") and not g.get("refused")]
+    ran_ids = {id(g) for g in ran}
+    n = len(acc)
+    if not n:
+        return {"grouped_steps": 0, "planned_steps": 0}
+    plain = sum(g.get("plain_blocks", 0) for g in acc)
+    read = sum(g["grouped_blocks"] if id(g) in ran_ids else g.get("plain_blocks", 0)
+               for g in acc)
+    union = sum(g.get("union_blocks", 0) for g in acc)
+    return {"planned_steps": n, "grouped_steps": len(ran),
+            "grouped_refused_steps": sum(bool(g.get("refused")) for g in acc),
+            "grouped_layers_per_step": round(sum(g.get("layers", 0) for g in ran) / n, 2),
+            "groups_per_step": round(sum(g.get("groups", 0) for g in ran) / max(1, len(ran)), 1),
+            "kv_blocks_plain_per_step": plain / n, "kv_blocks_grouped_per_step": read / n,
+            "kv_blocks_union_per_step": union / n,
+            "kv_read_over_union": round(read / union, 4) if union else None,
+            "grouped_reasons": sorted({g.get("refused") or g.get("reason") or "" for g in acc
+                                       if id(g) not in ran_ids})[:3]}

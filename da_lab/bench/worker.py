@@ -25,7 +25,7 @@ import traceback
 from pathlib import Path
 
 from da_lab.bench.measure import Measuring
-from da_lab.bench.plan import STOCK_MODES, TAGS
+from da_lab.bench.plan import GROUPED, STOCK_MODES, TAGS
 from da_lab.bench.profiling import (
     attention_time,
     class_name,
@@ -36,7 +36,7 @@ from da_lab.bench.profiling import (
     weight_bytes,
 )
 from da_lab.bench.roofline import cost_of
-from da_lab.bench.shared import blocks_needed, shared_layout
+from da_lab.bench.shared import blocks_needed, blocks_needed_pairs, shared_layout
 from da_lab.engine.child import write_doc
 from da_lab.engine.env import engine_name
 
@@ -102,6 +102,11 @@ class Child(Measuring):
                       enable_prefix_caching=bool(s.get("shared")), enforce_eager=bool(s["eager"]),
                       gpu_memory_utilization=s["gpu_memory_utilization"],
                       load_format=s["load_format"], **(s.get("engine_kwargs") or {}))
+        # The grouped read's groups change from step to step: attention must run outside the
+        # captured graphs (PIECEWISE: attention is a splitting op), hook/grouped.py.
+        graphs = s.get("cudagraph_mode") or ("PIECEWISE" if s["mode"] in GROUPED else None)
+        if graphs and not s["eager"]:
+            kwargs["compilation_config"] = {"cudagraph_mode": graphs}
         if self.plugin:
             from da_lab.engine.env import engine_version
             from da_lab.hook import register
@@ -113,7 +118,8 @@ class Child(Measuring):
             from da_lab.hook.session import SESSION
 
             register()                 # also loaded by vLLM when installed; idempotent
-            SESSION.configure(record_rows=s["mode"] == "global_recording")
+            SESSION.configure(record_rows=s["mode"] == "global_recording",
+                              grouped_read=GROUPED.get(s["mode"]))
             self.session = SESSION        # the hook itself forces the director's tag tokens
         blocks = self.kv_blocks(self.torch)
         if blocks:
@@ -186,6 +192,8 @@ class Child(Measuring):
             "cudagraph_mode": str(getattr(vc.compilation_config, "cudagraph_mode", None)),
             "async_scheduling": getattr(vc.scheduler_config, "async_scheduling", None),
             "disable_cascade_attn": getattr(mc, "disable_cascade_attn", None),
+            "grouped_read": hook and hook.grouped.flag,
+            "grouped_unavailable": hook and hook.grouped.flag and hook.grouped.unavailable,
             "block_size": cc.block_size, "num_gpu_blocks": self.num_blocks,
             "kv_bytes_per_token": int(cost.b_kv) if hybrid else access.kv_bytes_per_token(
                 self.llm),
@@ -211,8 +219,9 @@ class Child(Measuring):
         kv_block = 2 * layers * nkv * hd * elt * s["block_size"]
         need = max(s["batches"]) * -(-s["max_model_len"] // s["block_size"]) + 16
         if s.get("shared"):                    # the corpus once, each request's own part apart
-            need = blocks_needed(shared_layout(max(s["contexts"]), s["block_size"], s["shared"]),
-                                 max(s["batches"]), s["max_model_len"]) + 16
+            count = blocks_needed_pairs if s["mode"] == "stock_kept_pairs" else blocks_needed
+            need = count(shared_layout(max(s["contexts"]), s["block_size"], s["shared"]),
+                         max(s["batches"]), s["max_model_len"]) + 16
         if torch.cuda.is_available():
             free, total = torch.cuda.mem_get_info()
             room = min(free, s["gpu_memory_utilization"] * total) - params * elt - (8 << 30)

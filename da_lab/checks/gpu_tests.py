@@ -35,6 +35,13 @@ Hybrid models (issue 55; not in the default --models): `--models gemma4-dummy,qw
 Gated DeltaNet + full attention on FlashAttention 3), the same scenarios, runners and graph
 modes; their references mask the global layers only (checks/oracle.py). The mask history's
 kept block ids are read in the layout's block units (`prompt.layout.block_size`).
+
+`--grouped-read focus|all` (issue 59): every case's Lab runs the grouped read (hook/grouped.py;
+a compiled case with PIECEWISE graphs: `--graphs eager,piecewise`), the readers of
+shared_prefix.OVERLAPPING join the shared-prefix readers (their kept chunks overlap), every
+grouped layer is also run the plain way and compared (DA_LAB_GROUPED_CHECK=1), and a case
+passes only if steps were grouped, none was refused, and the largest |grouped - plain| stays
+under GROUPED_TOL.
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ MODELS = ("tiny", "llama-1b-dummy")
 HYBRID_MODELS = hybrid_dummy.TEST_MODELS     # --models gemma4-dummy,qwen35-dummy
 RUNNERS = ("v1", "v2")
 GRAPHS = ("eager", "full_and_piecewise")
+GRAPH_CHOICES = (*GRAPHS, "piecewise")     # piecewise: compiled, attention outside the graphs
 # The CPU smoke: the tiny model, eager, twice; the second case is teacher-forced against the
 # first, as a compiled case is against its eager one on the GPU (it must agree everywhere).
 CPU_CASES = (("tiny", "v1", "eager"), ("tiny", "v1", "eager_again"))
@@ -72,15 +80,16 @@ PAPER = {"paper_spans"}         # scenarios on the paper's prompt (lab.paper_pro
 SHARED_PREFIX = shared_prefix.READERS
 
 
-def prompts(lab) -> dict:
+def prompts(lab, grouped: str | None = None) -> dict:
     """Each scenario's prompt: the seed scenario's, or the same records as Magic Chunks;
-    and each shared-prefix reader's."""
+    and each shared-prefix reader's (with the grouped read, the overlapping readers' too)."""
     from da_lab.core.layout import seed_texts
 
     seed = lab.seed_prompt()
     paper = lab.paper_prompt("What is the value of key 31?", seed_texts()[1])
     return {**{name: paper if name in PAPER else seed for name in SCENARIOS},
-            **shared_prefix.prompts(lab)}
+            **shared_prefix.prompts(lab),
+            **(shared_prefix.prompts(lab, shared_prefix.OVERLAPPING) if grouped else {})}
 
 
 def model_folder(name: str) -> Path:
@@ -108,13 +117,16 @@ def _wait_for(path: Path, timeout: float) -> dict:
     raise TimeoutError(f"no eager result at {path} after {timeout:.0f} s")
 
 
-def drive(lab, prompt: dict, max_tokens: int) -> tuple[dict, dict]:
+def drive(lab, prompt: dict, max_tokens: int, grouped: str | None = None) -> tuple[dict, dict]:
     """The scenarios together on `lab` (`prompt`: each one's); (per-request results, facts).
     The first shared-prefix reader runs one step alone (its prefill caches the corpus), then
-    everything else joins."""
+    everything else joins. `grouped`: the Lab runs the grouped read; the overlapping readers
+    join too, and the facts say what the grouped read did."""
     # The logprob verdict's top-k at each position; its top-2 gap serves the argmax verdict.
-    tags = {**SCENARIOS, **{name: t for name, (_, t) in SHARED_PREFIX.items()}}
-    first, *rest = SHARED_PREFIX
+    readers = {**SHARED_PREFIX, **(shared_prefix.OVERLAPPING if grouped else {})}
+    tags = {**SCENARIOS, **{name: t for name, (_, t) in readers.items()}}
+    first, *rest = readers
+    lab.session.grouped.history.clear()
 
     def add(name: str) -> str:
         return lab.add_request(prompt[name], tags=tags[name], max_tokens=max_tokens,
@@ -138,8 +150,11 @@ def drive(lab, prompt: dict, max_tokens: int) -> tuple[dict, dict]:
                       "engine_gap": [_top2_gap(lp) for lp in r.get("logprobs", [])],
                       "events": [e["kind"] for e in st.events],
                       "masked_steps": sum(k is not None for _, _, k in st.mask_history)}
-    return reqs, {"steps": len(recs), "max_tokens_unseen": max_unseen,
-                  "shared_prefix": shared}
+    facts = {"steps": len(recs), "max_tokens_unseen": max_unseen, "shared_prefix": shared}
+    if grouped:
+        facts["grouped"] = shared_prefix.grouped_verdict(lab.session.grouped.history, grouped,
+                                                         lab.device)
+    return reqs, facts
 
 
 def _top2_gap(logprobs: dict) -> float | None:
@@ -168,37 +183,9 @@ def _history(st) -> list:
     return [(a, b, None if k is None else [int(x) for x in k]) for a, b, k in st.mask_history]
 
 
-def references(path: str, prompt, reqs: dict, device: str) -> dict:
-    """Both references' replays of every request, one forward per mask history: the argmax
-    verdict's tokens and gaps, the logprob verdict's rows; returns the model's shape facts."""
-    import torch
-
-    from da_lab.checks.oracle import from_logits, load_reference
-
-    torch.set_float32_matmul_precision("highest")   # vLLM's worker may have set TF32
-    for dtype in REFERENCES:
-        ref = load_reference(path, device=device, dtype=dtype)
-        sfx = "" if dtype == "float32" else "_bf16"
-        for name, r in reqs.items():
-            p = prompt[name]
-            logits = lv.replay(ref, p.token_ids, r, p.layout.block_size, float32=not sfx)
-            res = from_logits(r["tokens"], set(r["forced"]), logits["masked"],
-                              logits.get("unmasked"))
-            r["ref_masked" + sfx] = res.masked_tokens
-            r["gap" + sfx] = [round(g, 4) for g in res.top2_gap]
-            if not sfx:
-                r["ref_unmasked"] = res.unmasked_tokens
-            if r.get("topk"):
-                r.setdefault("lp_refs", {}).update(lv.lp_rows(r, logits))
-        shape = lv.shape_facts(ref.config)
-        del ref
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    return shape
-
-
 def run_case(model: str, runner: str, graphs: str, max_tokens: int = 40,
-             eager_from: str | None = None, wait_s: float = 480) -> dict:
+             eager_from: str | None = None, wait_s: float = 480,
+             grouped: str | None = None) -> dict:
     """One case in this process: engine run (and teacher forcing against the eager case's
     streams when `eager_from` names its result), then the references (engine shut down)."""
     os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if runner == "v2" else "0"
@@ -215,17 +202,19 @@ def run_case(model: str, runner: str, graphs: str, max_tokens: int = 40,
     # Hybrid models: their block size, prompt room and vLLM 0.26 arguments (hybrid_dummy).
     extra = hybrid_dummy.lab_kwargs(model) if model in HYBRID_MODELS else {}
     sizes = {"num_blocks": 160, "max_model_len": 2048, **extra}
-    lab = Lab(path, **sizes,
-              eager=(graphs != "full_and_piecewise"),
-              **({"kv_cache_memory_bytes": 1 << 30} if cuda else {}))
+    engine = {"kv_cache_memory_bytes": 1 << 30} if cuda else {}
+    if graphs == "piecewise":
+        engine["compilation_config"] = {"cudagraph_mode": "PIECEWISE"}
+    lab = Lab(path, **sizes, eager=graphs not in ("full_and_piecewise", "piecewise"),
+              grouped_read=grouped, **engine)
     info = {"runner_class": lab.runner_class, "runner_ran": lab.runner_kind,
             "cudagraph_mode": lab.graph_mode(), "backend": lab.session.backend,
             "engine_start_s": round(time.perf_counter() - t0, 1), "engine": lab.engine_name,
             "device": lab.device,
             "async_scheduling": bool(access.vllm_config(lab.llm).scheduler_config.async_scheduling)}
     try:
-        prompt = prompts(lab)
-        reqs, facts = drive(lab, prompt, max_tokens)
+        prompt = prompts(lab, grouped)
+        reqs, facts = drive(lab, prompt, max_tokens, grouped)
         info.update(facts)
         if eager_from:
             _teacher_force(lab, prompt, reqs, _wait_for(Path(eager_from), wait_s))
@@ -234,7 +223,7 @@ def run_case(model: str, runner: str, graphs: str, max_tokens: int = 40,
     del lab
     if cuda:
         torch.cuda.empty_cache()
-    shape = references(path, prompt, reqs, "cuda" if cuda else "cpu")
+    shape = lv.references(path, prompt, reqs, "cuda" if cuda else "cpu", REFERENCES)
     # The Lab's dtype="auto": bfloat16 on a GPU, float32 on the CPU.
     return {"model": model, "runner": runner, "graphs": graphs, **info, **shape,
             "engine_dtype": "bfloat16" if cuda else "float32", "requests": reqs}
@@ -245,7 +234,7 @@ def child(args) -> int:
 
     m, r, g = args.case
     try:
-        out = run_case(m, r, g, eager_from=args.eager_from)
+        out = run_case(m, r, g, eager_from=args.eager_from, grouped=args.grouped_read)
     except Exception as e:          # noqa: BLE001 - a broken case is reported, not lost
         import traceback
 
@@ -279,6 +268,9 @@ def _run_cases(cases, raw: Path, args) -> list[dict]:
             argv += ["--eager-from", str(raw / f"{m}-{r}-eager.json")]
         # Own compile cache per case: the cases compile at the same time.
         env = {"VLLM_CACHE_ROOT": f"/tmp/da_lab_vllm_cache/{m}-{r}-{g}"}
+        if args.grouped_read:
+            argv += ["--grouped-read", args.grouped_read]
+            env["DA_LAB_GROUPED_CHECK"] = "1"
         if args.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
         procs.append(ChildProcess(argv, out=f, log=raw / f"{m}-{r}-{g}.log", env=env,
@@ -309,6 +301,9 @@ def _rows(results: list[dict], threshold: float) -> list[dict]:
             if "shared_prefix" in c:
                 row["shared_prefix"] = c["shared_prefix"]
                 row["passed"] = row["passed"] and c["shared_prefix"]["passed"]
+            if "grouped" in c:          # --grouped-read: it ran, and equalled the plain path
+                row["grouped"] = c["grouped"]
+                row["passed"] = row["passed"] and c["grouped"]["passed"]
             e = by_key.get((c["model"], c["runner"], "eager"))
             if c["graphs"] != "eager":
                 if e is None or "error" in e:
@@ -339,7 +334,11 @@ def main(argv: list[str] | None = None) -> int:
                          "against itself); cuda: every model x runner x graph mode")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--runners", default=",".join(RUNNERS))
-    ap.add_argument("--graphs", default=",".join(GRAPHS))
+    ap.add_argument("--graphs", default=",".join(GRAPHS),
+                    help=f"comma list of {', '.join(GRAPH_CHOICES)}")
+    ap.add_argument("--grouped-read", choices=("focus", "all"), default=None,
+                    help="run every case with the grouped read (issue 59; compiled cases need "
+                         "--graphs eager,piecewise) and check it against the plain path")
     ap.add_argument("--threshold", type=float, default=0.25,
                     help="float32 reference's top-2 logit gap under which a position is a "
                          "near-tie (default 0.25)")
@@ -387,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{g16.get('max')} teacher-forced={r.get('eager_tokens_compared', '-')}/"
               f"{r.get('eager_mismatches', '-')} "
               f"shared-prefix={_shared_word(r.get('shared_prefix'))} "
+              f"grouped={shared_prefix.grouped_word(r.get('grouped'))} "
               f"{lv.summary(r)}"
               f"{r.get('error', '')[:300]}")
     print(f"wrote {out}")

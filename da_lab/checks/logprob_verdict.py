@@ -131,6 +131,36 @@ def lp_rows(r: dict, logits: dict) -> dict:
                        zip(bf16, r["lp_refs"]["masked"], strict=True)]}
 
 
+def references(path: str, prompt, reqs: dict, device: str, dtypes) -> dict:
+    """The references' (`dtypes`) replays of every request of a gpu_tests case, one forward
+    per mask history: the argmax verdict's tokens and gaps, the logprob verdict's rows, set on
+    each request's result in `reqs`; returns the model's shape facts."""
+    import torch
+
+    from da_lab.checks.oracle import from_logits, load_reference
+
+    torch.set_float32_matmul_precision("highest")   # vLLM's worker may have set TF32
+    for dtype in dtypes:
+        ref = load_reference(path, device=device, dtype=dtype)
+        sfx = "" if dtype == "float32" else "_bf16"
+        for name, r in reqs.items():
+            p = prompt[name]
+            logits = replay(ref, p.token_ids, r, p.layout.block_size, float32=not sfx)
+            res = from_logits(r["tokens"], set(r["forced"]), logits["masked"],
+                              logits.get("unmasked"))
+            r["ref_masked" + sfx] = res.masked_tokens
+            r["gap" + sfx] = [round(g, 4) for g in res.top2_gap]
+            if not sfx:
+                r["ref_unmasked"] = res.unmasked_tokens
+            if r.get("topk"):
+                r.setdefault("lp_refs", {}).update(lp_rows(r, logits))
+        shape = shape_facts(ref.config)
+        del ref
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return shape
+
+
 def _stats(xs: list[float]) -> dict:
     return {"n": len(xs), "min": round(min(xs), 6) if xs else None,
             "median": round(float(np.median(xs)), 6) if xs else None,

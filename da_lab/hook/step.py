@@ -21,7 +21,7 @@ hook's log of one model-runner step (`index`, `hook_us`, `requests`, `metadata`)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -47,7 +47,7 @@ class _Observed:
 
 
 class Step:
-    def __init__(self, plan: StepPlan, record_rows: bool, fields: dict) -> None:
+    def __init__(self, plan: StepPlan, record_rows: bool, fields: dict, staged=None) -> None:
         self.plan = plan
         self.record_rows = record_rows       # keep staged rows and metadata in the records
         self._edit = KernelEdit(plan, fields) if plan.masks else None
@@ -56,6 +56,10 @@ class Step:
         self._facts = None
         self._requests: tuple[RequestStep, ...] | None = None
         self._metadata: Metadata | None = None
+        self.staged = staged                 # batch row -> its staged row (the grouped read)
+        # The grouped read's account of this step (hook/grouped.py, its one writer): None
+        # while no plan was made.
+        self.grouping: dict | None = None
 
     # ---- what the step is -----------------------------------------------------------------
     @property
@@ -210,3 +214,18 @@ class Step:
     def to_json(self) -> dict:
         return {"step": self.index, "hook_us": self.hook_us,
                 "requests": [r.to_json() for r in self.requests]}
+
+
+@dataclass
+class StepReport:
+    """What the hook did in one engine step."""
+    steps: list[Step] = field(default_factory=list)       # one per metadata build (usually 1)
+    warnings: list[dict] = field(default_factory=list)    # raised since the last report
+
+    @property
+    def requests(self) -> list[RequestStep]:
+        return [r for h in self.steps for r in h.requests]
+
+    @property
+    def hook_us(self) -> float:
+        return sum(h.hook_us for h in self.steps)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from da_lab.hook import grouped
 from da_lab.hook.errors import DAUnsupported
 from da_lab.hook.facts import EngineFacts, GroupFacts
 from da_lab.hook.runners import live
@@ -142,6 +143,11 @@ def note_runner(runner, attn_groups) -> None:
             builder = g.get_metadata_builder()
             check_kernel_blocks(g, builder)
             patch_builder_class(type(builder))
+    if SESSION.facts.hybrid:      # the grouped read (issue 59) plans one KV-cache group's rows
+        SESSION.grouped.note("a hybrid model (several KV-cache groups): the grouped read "
+                             "serves models with one global group only", None)
+    else:
+        SESSION.grouped.note(*grouped.install(runner, attn_groups))
 
 
 def patch_builder_class(cls) -> None:
@@ -154,7 +160,8 @@ def patch_builder_class(cls) -> None:
     @functools.wraps(orig)
     def build(self, common_prefix_len, common_attn_metadata, *args, **kwargs):
         cm = SESSION.build(self, common_prefix_len, common_attn_metadata)
-        return orig(self, common_prefix_len, cm, *args, **kwargs)
+        return SESSION.attach_grouped(self, orig(self, common_prefix_len, cm, *args, **kwargs),
+                                      cm)
 
     build._da_wrapped = True
     cls.build = build
