@@ -50,8 +50,9 @@ def ask(s):
 with ThreadPoolExecutor(3) as ex:
     replies = list(ex.map(ask, samples))
 for s, r in zip(samples, replies):
-    print(f"{r.text!r:32} tags {r.tags}  expected {s.tag} {s.answer!r}  "
-          f"blocks read {r.stats['blocks_read']} of {r.stats['blocks_total']}")
+    print(f"{r.text!r:32} tags {r.tags}  expected {s.tag} {s.answer!r}  blocks read "
+          f"{r.stats['blocks_read']} of {r.stats['blocks_total']}, summed over its "
+          f"{r.stats['steps']} steps")
 
 # %% [markdown]
 # The server's own numbers: the `da_lab:` series on `/metrics`, beside vLLM's.
