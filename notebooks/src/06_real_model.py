@@ -146,7 +146,9 @@ if paper:
     run_out()           # the questions above end first: this player shows one request
     paper["id"] = lab.add_request(paper["prompt"], max_tokens=128,
                                   request_id=f"paper-{state['n']}")
-    paper["source"] = LiveSource(lab, add_hint=ANOTHER)
+    # a branch of the question's source: a step run for the question above (the wrong-tag
+    # test) runs this request too, and its player keeps that step
+    paper["source"] = state["source"].branch(add_hint=ANOTHER)
     light = Highlight()
     paper["player"] = Player(paper["source"], [
         DAHookDiagram(paper["source"].header, light, req=paper["id"], lab=lab),

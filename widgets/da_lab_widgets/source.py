@@ -79,12 +79,12 @@ class LiveSource:
         self.records: list[StepRecord] = []
         self._group = [self]        # the sources every step this one runs is recorded in
 
-    def branch(self, new_request=None) -> LiveSource:
+    def branch(self, new_request=None, add_hint: str | None = None) -> LiveSource:
         """Another source over the same Lab whose records begin at the engine's next step (its
         header: the KV map now). Every step either one runs is recorded in both, so a player of
         each can run the engine and neither misses a step (lesson 04's readers beside its
-        lesson request)."""
-        other = LiveSource(self.lab, new_request)
+        lesson request; 06's paper-format request beside its question)."""
+        other = LiveSource(self.lab, new_request, add_hint)
         other._group = self._group
         self._group.append(other)
         return other
