@@ -101,7 +101,7 @@ KERNEL_IDLE = ("(() => { const w = window.jupyterapp.shell.currentWidget;"
 def open_notebook(page, server: Server, name: str, *, side_panel: bool = True) -> None:
     """Open `name`, with the file browser shown in the left side panel, and wait for its
     kernel."""
-    page.goto(server.notebook_url(name))
+    page.goto(server.notebook_url(name), timeout=300_000)    # busy: slow, not wrong
     page.wait_for_function("window.jupyterapp && window.jupyterapp.shell", timeout=120_000)
     page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell", timeout=120_000)
     if side_panel:
@@ -249,7 +249,8 @@ def run_all(page, timeout_s: float = 900) -> dict:
     Returns the last state: counts, running, idle, stderr (each block's text) and seconds."""
     before = max([c or 0 for c in page.evaluate(RUN_STATE_JS)["counts"]] + [0])
     t0 = time.monotonic()
-    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    # not awaited: the command's promise resolves only when every cell has run
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
     while True:
         page.wait_for_timeout(1000)
         st = page.evaluate(RUN_STATE_JS)

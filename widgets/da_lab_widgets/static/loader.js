@@ -28,11 +28,14 @@ export default {
     const early = [];
     const keep = (msg, buffers) => early.push([msg, buffers]);
     model.on("msg:custom", keep);
-    return load().then((app) => {
+    // not returned: anywidget reports "[anywidget] Failed to initialize model." (an uncaught
+    // error) when initialize takes over 2 s, as linking the modules does on a busy machine or
+    // a reload with several players; render waits for them instead
+    load().then((app) => {
       model.off("msg:custom", keep);
       const s = app.session(model);
       for (const [msg, buffers] of early) s.message(msg, buffers);
-    });
+    }).catch((e) => console.error("da_lab: the player's modules did not load", e));
   },
   async render({ model, el }) {
     const app = await load();
