@@ -207,7 +207,7 @@ def _reopened(page, what: str) -> None:
     page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell", timeout=120_000)
     page.wait_for_function(KERNEL_IDLE, timeout=300_000)
     page.wait_for_function(WIDGETS_DONE, timeout=300_000)
-    page.wait_for_selector(PLAYER, timeout=120_000)
+    page.wait_for_selector(PLAYER, state="attached", timeout=120_000)
     text = page.inner_text(".jp-NotebookPanel:not(.lm-mod-hidden)")
     assert "model not found" not in text and "Error displaying widget" not in text, \
         (what, [ln for ln in text.splitlines() if "widget" in ln.lower()][:5])
