@@ -230,21 +230,90 @@ def _save(page) -> None:
                            timeout=60_000)
 
 
+def _new_request_in_both_diagrams(page) -> str:
+    """ "+ new request": diagram 4 follows it with its chunk boxes back and none ticked, and
+    diagram 2 of the same player names and draws the same request. Returns its id."""
+    first = lc.hook_view(page)
+    had = page.evaluate(BUTTONS_JS)["steps"]
+    page.locator(f"{PLAYER} [data-da-action=new-request]").first.click()
+    wait_engine(page, f"() => /following \\S+:/.test({STATUS}.textContent) && "
+                f"!{STATUS}.textContent.includes({first['status'].split(':')[0]!r})",
+                what="the new request followed")
+    v = lc.hook_view(page)
+    req = v["status"].split("following ")[1].split(":")[0]
+    assert req not in first["status"] and req in v["status"], (first, v)
+    wait_engine(page, "(had) => { const p = document.querySelector('[data-da-player]');"
+                " return Number(p.dataset.daSteps) > had"
+                " && Number(p.dataset.daStep) === Number(p.dataset.daSteps) - 1; }", had,
+                what="the new request's first step on screen")
+    row = lc.hook_view(page)["row"]
+    title = lc.blocks_title(page)
+    assert row.startswith(f"{req}'s row") and f" · {req} · " in title, (row, title)
+    chunks = page.locator("[data-da-diagram='4'] [data-da-chunk]")
+    assert chunks.count() == 12, f"{req}: {chunks.count()} chunk checkboxes, not 12"
+    assert page.locator("[data-da-chunk]:checked").count() == 0
+    lc.hook_view(page)
+    return req
+
+
+def _pause_lands_on_the_engine(page, rounds: int = 3) -> None:
+    """⏸ while ▶ follows the engine: the page lands on the engine's step, where a steer button
+    works; an enabled button is always one the kernel accepts."""
+    for _ in range(rounds):
+        at = page.evaluate(BUTTONS_JS)["steps"]
+        page.locator(f"{PLAYER} [data-da-action=play]").first.click()
+        wait_engine(page, "(n) => Number(document.querySelector('[data-da-player]')"
+                    ".dataset.daSteps) >= n + 2", at, what="▶ following the engine")
+        page.locator(f"{PLAYER} [data-da-action=pause]").first.click()
+        b = page.evaluate(BUTTONS_JS)
+        assert not b["on"] or b["step"] == b["steps"] - 1, \
+            f"just after ⏸: {b['on']} enabled at step {b['step']} of {b['steps']}"
+        wait_engine(page, SETTLED, what="the step asked for before ⏸ arriving")
+        b = page.evaluate(BUTTONS_JS)
+        assert b["step"] == b["steps"] - 1 and "local" in b["on"], \
+            f"⏸ left the page behind the engine: step {b['step']} of {b['steps']}, " \
+            f"enabled {b['on']}: {lc.hook_view(page)['off']}"
+
+
+def _steer_then_drag_back(page, req: str) -> None:
+    """FOCUS C1 (lesson questions never have their answer in C1, so not the model's tag) into
+    `req`, played until diagram 4 shows it; the slider dragged back before the press: the
+    status line says the steer comes later."""
+    page.locator("[data-da-diagram='4'] [data-da-chunk]").first.check()
+    page.wait_for_selector("[data-da-steer=focus]:not([disabled])", timeout=60_000)
+    page.locator("[data-da-steer=focus]").first.click()
+    wait_engine(page, f"() => {STATUS}.textContent.includes('<focus C1> into {req}')",
+                what="the kernel taking the FOCUS press")
+    pressed = page.evaluate(BUTTONS_JS)["steps"]
+    page.locator(f"{PLAYER} [data-da-action=play]").first.click()
+    wait_engine(page, "() => document.querySelector('[data-da-diagram=\"4\"] .da-bands')"
+                ".innerText.includes('directive focus C1')",
+                what=f"diagram 4 showing {req}'s FOCUS C1")
+    page.locator(f"{PLAYER} [data-da-action=pause]").first.click()
+    wait_engine(page, SETTLED, what="the last step asked for")
+    v = lc.hook_view(page)
+    assert v["row"].startswith(f"{req}'s row"), v
+    page.evaluate("""(i) => { const s = document.querySelector(
+        '[data-da-player] [data-da-action=scrub]'); s.value = i;
+        s.dispatchEvent(new Event('input')); }""", pressed - 3)
+    v = lc.hook_view(page)
+    assert "later, at step" in v["status"] and "<focus C1>" in v["status"], v
+
+
 def test_04_new_request_steers_and_a_saved_lesson_reopens_with_a_fresh_kernel(jupyter):
     """04's player and diagrams 4 and 2 (its first two cells), with anywidget's initialize timer
-    firing before the player's modules come (as on a busy machine): "+ new request" brings the chunk
-    checkboxes back for the new request, and both diagrams name and draw it; ⏸ while ▶ follows
-    the engine lands on the engine's step, where a steer button works, and no button is enabled
-    that the kernel would refuse; FOCUS on a chunk of the new request changes its row; the
-    slider dragged back shows that steer as a later one. Then saved, the kernel restarted, the
-    page reloaded, saved again and reloaded again: the players are drawn from the saved widget
-    state each time, say so, and nothing reads "model not found" or logs an error. Every wait
-    is on the page's state (issue 56)."""
+    firing before the player's modules come (as on a busy machine): "+ new request" brings the
+    chunk checkboxes back for the new request, and both diagrams name and draw it; ⏸ while ▶
+    follows the engine lands on the engine's step, where a steer button works, and no button is
+    enabled that the kernel would refuse; FOCUS on a chunk of the new request changes its row;
+    the slider dragged back shows that steer as a later one. Then saved, the kernel restarted,
+    the page reloaded, saved again and reloaded again: the players are drawn from the saved
+    widget state each time, say so, and nothing reads "model not found" or logs an error. Every
+    wait is on the page's state (issue 56)."""
     server, browser = jupyter
-    name = "04_da_hook.ipynb"
     page = _page(browser, SMALL)
     try:
-        open_notebook(page, server, name)
+        open_notebook(page, server, "04_da_hook.ipynb")
         # an earlier test saved the whole lesson; its widgets died with its kernel: no outputs
         page.evaluate("window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')")
         # as on a busy machine: anywidget's 2 s initialize timer fires before the players'
@@ -253,65 +322,9 @@ def test_04_new_request_steers_and_a_saved_lesson_reopens_with_a_fresh_kernel(ju
         run_cells(page, code_cells(page)[:2])
         page.wait_for_selector(f"{PLAYER}[data-da-drawn]", timeout=600_000)
         page.wait_for_function(KERNEL_IDLE, timeout=300_000)
-        first = lc.hook_view(page)
-        had = page.evaluate(BUTTONS_JS)["steps"]
-        page.locator(f"{PLAYER} [data-da-action=new-request]").first.click()
-        wait_engine(page, f"() => /following \\S+:/.test({STATUS}.textContent) && "
-                    f"!{STATUS}.textContent.includes({first['status'].split(':')[0]!r})",
-                    what="the new request followed")
-        v = lc.hook_view(page)
-        req = v["status"].split("following ")[1].split(":")[0]
-        assert req not in first["status"] and req in v["status"], (first, v)
-        # one player, one request: diagram 2 names and draws the request diagram 4 follows
-        wait_engine(page, "(had) => { const p = document.querySelector('[data-da-player]');"
-                    " return Number(p.dataset.daSteps) > had"
-                    " && Number(p.dataset.daStep) === Number(p.dataset.daSteps) - 1; }", had,
-                    what="the new request's first step on screen")
-        row = lc.hook_view(page)["row"]
-        title = lc.blocks_title(page)
-        assert row.startswith(f"{req}'s row") and f" · {req} · " in title, (row, title)
-        chunks = page.locator("[data-da-diagram='4'] [data-da-chunk]")
-        assert chunks.count() == 12, f"{req}: {chunks.count()} chunk checkboxes, not 12"
-        assert page.locator("[data-da-chunk]:checked").count() == 0
-        lc.hook_view(page)
-        # ⏸ while ▶ follows the engine: the page lands on the engine's step, where a steer
-        # button works; an enabled button is always one the kernel accepts
-        for _ in range(3):
-            at = page.evaluate(BUTTONS_JS)["steps"]
-            page.locator(f"{PLAYER} [data-da-action=play]").first.click()
-            wait_engine(page, "(n) => Number(document.querySelector('[data-da-player]')"
-                        ".dataset.daSteps) >= n + 2", at, what="▶ following the engine")
-            page.locator(f"{PLAYER} [data-da-action=pause]").first.click()
-            b = page.evaluate(BUTTONS_JS)
-            assert not b["on"] or b["step"] == b["steps"] - 1, \
-                f"just after ⏸: {b['on']} enabled at step {b['step']} of {b['steps']}"
-            wait_engine(page, SETTLED, what="the step asked for before ⏸ arriving")
-            b = page.evaluate(BUTTONS_JS)
-            assert b["step"] == b["steps"] - 1 and "local" in b["on"], \
-                f"⏸ left the page behind the engine: step {b['step']} of {b['steps']}, " \
-                f"enabled {b['on']}: {lc.hook_view(page)['off']}"
-        # C1: lesson questions never have their answer in C1, so this is not the model's tag
-        chunks.first.check()
-        page.wait_for_selector("[data-da-steer=focus]:not([disabled])", timeout=60_000)
-        page.locator("[data-da-steer=focus]").first.click()
-        wait_engine(page, f"() => {STATUS}.textContent.includes('<focus C1> into {req}')",
-                    what="the kernel taking the FOCUS press")
-        pressed = page.evaluate(BUTTONS_JS)["steps"]
-        page.locator(f"{PLAYER} [data-da-action=play]").first.click()
-        wait_engine(page, "() => document.querySelector('[data-da-diagram=\"4\"] .da-bands')"
-                    ".innerText.includes('directive focus C1')",
-                    what=f"diagram 4 showing {req}'s FOCUS C1")
-        page.locator(f"{PLAYER} [data-da-action=pause]").first.click()
-        wait_engine(page, SETTLED, what="the last step asked for")
-        v = lc.hook_view(page)
-        assert v["row"].startswith(f"{req}'s row"), v
-        # the slider dragged back before the press: the status line says it came later
-        page.evaluate("""(i) => { const s = document.querySelector(
-            '[data-da-player] [data-da-action=scrub]'); s.value = i;
-            s.dispatchEvent(new Event('input')); }""", pressed - 3)
-        v = lc.hook_view(page)
-        assert "later, at step" in v["status"] and "<focus C1>" in v["status"], v
-
+        req = _new_request_in_both_diagrams(page)
+        _pause_lands_on_the_engine(page)
+        _steer_then_drag_back(page, req)
         # saved, a fresh kernel, the page reloaded; then saved again (as autosave does) and
         # reloaded again: JupyterLab alone keeps no widget state for a dead kernel's players
         _save(page)
