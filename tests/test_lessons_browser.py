@@ -36,6 +36,10 @@ from browser_lab import (
 )
 
 LESSONS = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+# A lesson run twice, every guess and a reload: on 2 idle cores minutes, on a busy machine (load
+# 30-45 here) 04 and 06 passed the suite's 900 s; every wait inside is on the page's state, and
+# this is their ceiling, not what they take.
+pytestmark = pytest.mark.timeout(2700)
 SMALL, WIDE = {"width": 1366, "height": 768}, {"width": 1920, "height": 1080}
 MIN_FONT = 11
 GAP = 4     # px between the sticky controls and a diagram scrolled to (style.css scroll-margin)
