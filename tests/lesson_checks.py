@@ -269,3 +269,7 @@ def words_fit_the_screen(page, name: str) -> None:
             f"{where}: {w['status']!r} beside {w['off']!r}"
         if name.startswith("06"):
             assert "in a cell" not in w["note"] + w["off"], f"{where}: {w}"
+    if name.startswith("04"):       # the speed cell says how far its times can be trusted
+        said = [c["text"] for c in cells(page) if c and "measure(" in c["source"]]
+        assert said and any("too noisy to read" in t or "quiet enough to read" in t
+                            for t in said), f"{name}: the speed cell gives no verdict: {said}"

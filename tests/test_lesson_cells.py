@@ -185,3 +185,29 @@ def test_the_speed_cell_reads_a_quiet_run_and_warns_on_a_busy_one():
     assert busy[-1].startswith("⚠ too noisy to read") and "load average 8.4 → 11.0" in busy[-1]
     overlap = speed_lines(_speed([10.0, 30.0, 12.0, 25.0], [11.0, 28.0, 9.0, 26.0]), (1, 1), 2)
     assert overlap[-1].startswith("⚠ too noisy to read") and "overlap" in overlap[-1]
+
+
+# ---- words that must agree with what they describe (issue 56, item 6) -------------------------
+
+def test_the_eval_table_names_each_set_whole():
+    from da_lab.training.eval.evaluate import table
+
+    r = {"n": 5, "blocks_read_fraction_after_tag": 0.3, **{k: 0.5 for k in (
+        "tag_accuracy", "da_answer_accuracy", "all_blocks_answer_accuracy",
+        "base_all_blocks_answer_accuracy", "wrong_tag_answer_accuracy",
+        "hidden_chunk_answer_accuracy", "local_accuracy", "decoding_attention_cost")}}
+    lines = table({**r, "by_kind": {"single": r}, "by_set": {"held-out-domains-fresh": r}})
+    assert "held-out-domains-fresh " in lines           # was cut to "held-out-d"
+    rows = lines.splitlines()
+    assert len({row.index("0.500") for row in rows if "0.500" in row}) == 1    # columns align
+
+
+def test_eval_help_names_the_prompts_protocol_field():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "da_lab.cli", "eval", "--help"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert '"protocol"' in text and '"paper"' in text and "Magic Chunk" in text, text
