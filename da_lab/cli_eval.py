@@ -161,7 +161,9 @@ def add_eval(sub, argv) -> None:
     ev.add_argument("--prompts", metavar="FILE.jsonl",
                     help="your own documents and questions, one JSON object per line: "
                          '{"documents": [...], "question": "...", "answer": [values], '
-                         '"needs": [document numbers], "wrong": [values]?, "id"?, "set"?} '
+                         '"needs": [document numbers], "wrong": [values]?, "id"?, "set"?, '
+                         '"protocol"?}; "protocol": "paper" builds the paper\'s Magic Chunk '
+                         'prompt, "card" (the default) the design card\'s '
                          "(da_lab/training/eval/eval_prompts.py)")
     ev.add_argument("--domains", choices=("train", "heldout"), default=None,
                     help="nl task: the generator's training domains (default) or the domains "

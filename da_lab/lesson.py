@@ -185,3 +185,48 @@ def open_readers(lab, source, trace: str):
     print(f"each prompt begins with the same {lay.tail_start} full blocks (the scaffold and "
           f"{lay.n_chunks} chunks of records), then its own question")
     return readers, names
+
+
+# ---- the speed cell (lesson 04): a measurement says when it is too noisy to read --------------
+BUSY_PER_CPU = 1.0      # load average per CPU above which other work shares the cores
+
+
+def _spread(ms: list[float]) -> tuple[float, float, float]:
+    """(p10, median, p90) of a mode's decode step times (ms)."""
+    import statistics
+
+    s = sorted(ms)
+    if len(s) < 3:
+        m = statistics.median(s)
+        return m, m, m
+    q = statistics.quantiles(s, n=10, method="inclusive")
+    return q[0], statistics.median(s), q[-1]
+
+
+def speed_lines(speed: dict, load: tuple[float, float], cpus: int) -> list[str]:
+    """What the speed cell prints about its own reliability: each mode's step times as median
+    and the middle 80 % of its steps, then a verdict. Too noisy to read when the machine was
+    busy (load average above BUSY_PER_CPU per CPU, before or after) or when the modes' middle
+    80 % overlap (the difference between them is inside the noise)."""
+    lines, spans = [], {}
+    for mode, m in speed["modes"].items():
+        lo, med, hi = spans[mode] = _spread(m["step_ms"])
+        lines.append(f"{mode:>6}: median decode step {med:.2f} ms; the middle 80% of its "
+                     f"{len(m['step_ms'])} steps {lo:.2f}–{hi:.2f} ms")
+    why = []
+    if max(load) > BUSY_PER_CPU * cpus:
+        why.append(f"the machine was busy (load average {load[0]:.1f} → {load[1]:.1f} on "
+                   f"{cpus} CPUs: other work took turns on the cores)")
+    g, f = spans.get("global"), spans.get("focus")
+    if g and f and not (f[2] < g[0] or g[2] < f[0]):
+        why.append("GLOBAL's and FOCUS's middle 80% overlap, so their difference is inside "
+                   "the noise")
+    if why:
+        lines.append("⚠ too noisy to read: " + "; ".join(why) + ". Every time here, the "
+                     "profile's too, may be off by a factor of two or more; run the cell again "
+                     "when the machine is quiet, or read the committed run "
+                     "(bench/results/speed-cpu-2026-12-02.json, load 1.2 on 2 CPUs).")
+    else:
+        lines.append(f"quiet enough to read: load average {max(load):.1f} on {cpus} CPUs, and "
+                     "the two modes' middle 80% do not overlap")
+    return lines

@@ -101,7 +101,7 @@ KERNEL_IDLE = ("(() => { const w = window.jupyterapp.shell.currentWidget;"
 def open_notebook(page, server: Server, name: str, *, side_panel: bool = True) -> None:
     """Open `name`, with the file browser shown in the left side panel, and wait for its
     kernel."""
-    page.goto(server.notebook_url(name))
+    page.goto(server.notebook_url(name), timeout=300_000)    # busy: slow, not wrong
     page.wait_for_function("window.jupyterapp && window.jupyterapp.shell", timeout=120_000)
     page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell", timeout=120_000)
     if side_panel:
@@ -249,7 +249,8 @@ def run_all(page, timeout_s: float = 900) -> dict:
     Returns the last state: counts, running, idle, stderr (each block's text) and seconds."""
     before = max([c or 0 for c in page.evaluate(RUN_STATE_JS)["counts"]] + [0])
     t0 = time.monotonic()
-    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    # not awaited: the command's promise resolves only when every cell has run
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
     while True:
         page.wait_for_timeout(1000)
         st = page.evaluate(RUN_STATE_JS)
@@ -258,3 +259,78 @@ def run_all(page, timeout_s: float = 900) -> dict:
             st["seconds"] = round(time.monotonic() - t0, 1)
             st["done"] = done
             return st
+
+
+# ---- waiting on the page's state, never on a fixed time ---------------------------------------
+# A loaded machine makes every engine step slower, not wrong: a wait for the engine goes on as
+# long as the engine gets on (a player's steps grow, or the step on screen moves), and fails
+# only when nothing has moved for `stall_s`, or at `ceiling_s` (generous: a guard, not a clock).
+
+PROGRESS_JS = """() => [...document.querySelectorAll('[data-da-player]')].map(e =>
+    [e.dataset.daSteps, e.dataset.daStep].join(':')).join(' ')"""
+
+
+def wait_engine(page, cond_js: str, arg=None, *, what: str, stall_s: float = 240,
+                ceiling_s: float = 1800) -> None:
+    """Wait until `cond_js(arg)` holds in the page while the players keep moving."""
+    t0 = last = time.monotonic()
+    seen = page.evaluate(PROGRESS_JS)
+    while not page.evaluate(cond_js, arg):
+        page.wait_for_timeout(250)
+        now, sig = time.monotonic(), page.evaluate(PROGRESS_JS)
+        if sig != seen:
+            seen, last = sig, now
+        if now - last > stall_s or now - t0 > ceiling_s:
+            raise AssertionError(f"{what}: not there after {now - t0:.0f} s, and no player "
+                                 f"moved in the last {now - last:.0f} s (players: {seen})")
+
+
+# Scroll player p's diagram d into view and resolve once it has drawn the player's step and its
+# box has stopped moving (the notebook lays out cells around it): what a reader sees.
+SHOWN_JS = """async ([p, d]) => {
+    const player = document.querySelectorAll('[data-da-player]')[p];
+    const dia = player.querySelectorAll('[data-da-diagram]')[d];
+    const frame = () => new Promise(r => requestAnimationFrame(() => r()));
+    dia.scrollIntoView({block: 'start'});
+    let top = null;
+    for (let k = 0; k < 600; k++) {
+        await frame();
+        const r = dia.getBoundingClientRect().top;
+        const drawn = dia.dataset.daShows === player.dataset.daStep
+            || Number(player.dataset.daStep) < 0;
+        if (drawn && top !== null && Math.abs(r - top) < 0.5) return true;
+        top = r;
+    }
+    return false; }"""
+
+
+def show_diagram(page, p: int, d: int) -> None:
+    """Player p's diagram d on screen, drawn at the player's step (see SHOWN_JS)."""
+    assert page.evaluate(SHOWN_JS, [p, d]), f"player {p}'s diagram {d} did not draw its step"
+
+
+# A cell's tracebacks and stderr text, read from the notebook's model (a cell far from the view
+# may not be drawn).
+CELL_ERRORS_JS = """(k) => window.jupyterapp.shell.currentWidget.content.widgets[k].model.outputs
+    .toJSON().filter(o => o.output_type === 'error' || o.name === 'stderr')
+    .map(o => o.output_type === 'error' ? (o.traceback || []).join('\\n').slice(-1500)
+                                        : [].concat(o.text).join(''))"""
+
+
+def run_cell(page, index: int, *, timeout_s: float = 900) -> dict:
+    """Run cell `index` alone and wait until it has run (its execution count moved on, its
+    prompt shows no '*', the kernel idle) or it wrote to stderr. Returns RUN_STATE_JS's
+    state for the cell: {"stderr": [...], "done": bool, "seconds": float}."""
+    count = ("(k) => { const c = window.jupyterapp.shell.currentWidget.content.widgets[k];"
+             " return c.model.executionCount; }")
+    before = page.evaluate(count, index)
+    t0 = time.monotonic()
+    run_cells(page, [index])
+    while True:
+        page.wait_for_timeout(250)
+        st = page.evaluate(RUN_STATE_JS)
+        now = page.evaluate(count, index)
+        red = page.evaluate(CELL_ERRORS_JS, index)
+        done = now is not None and now != before and st["idle"] and not st["running"]
+        if done or red or time.monotonic() - t0 > timeout_s:
+            return {"stderr": red, "done": done, "seconds": round(time.monotonic() - t0, 1)}

@@ -13,6 +13,7 @@ import time
 
 import pytest
 from browser_lab import (
+    KERNEL_IDLE,
     PLAYER,
     ROOT,
     code_cells,
@@ -21,7 +22,9 @@ from browser_lab import (
     open_notebook,
     player_state,
     run_cells,
+    show_diagram,
     stderr_in_cell,
+    wait_engine,
 )
 
 WINDOW = {"width": 1366, "height": 768}
@@ -36,6 +39,10 @@ MIN_FONT = 11      # px: any text on screen
 # The notebooks run as a learner gets them: the trained da-tiny-tags (not the random model the
 # other tests pin), whose lesson request has no scripted tags: the model writes its own
 # <focus Ck>; the test then steers LOCAL, so a further drop in blocks read comes from the button.
+
+# after ⏸: no step asked of the engine on its way, the kernel idle (the page then stays put)
+SETTLED = (f"() => !document.querySelector('{PLAYER}').hasAttribute('data-da-asking')"
+           f" && {KERNEL_IDLE}")
 
 shots: list[str] = []
 
@@ -95,18 +102,18 @@ def _press(page, action: str) -> None:
 
 
 def _wait(page, js: str, arg, timeout_s: float, what: str) -> None:
-    """page.wait_for_function, failing with what the page showed (and a screenshot)."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
+    """Wait for `js(arg)` while the player keeps moving (browser_lab.wait_engine: a loaded
+    machine is slower, not wrong; it fails once nothing has moved for `timeout_s`, at least 4
+    minutes), failing with what the page showed (and a screenshot)."""
     try:
-        page.wait_for_function(js, arg=arg, timeout=timeout_s * 1000)
-    except PlaywrightTimeout:
+        wait_engine(page, js, arg, what=what, stall_s=max(240, timeout_s))
+    except AssertionError:
         _shot(page, "failed")
         seen = page.evaluate("""(sels) => sels.map(s => { const e = document.querySelector(s);
             return s + ': ' + (e ? e.innerText.slice(-300) : '(none)'); })""",
                              [".da-step-counter", STREAM, STATUS, ".da-blocks-read",
                               ".da-player-note"])
-        raise AssertionError(f"{what}: not seen in {timeout_s} s; the page showed:\n"
+        raise AssertionError(f"{what}: not seen while the player moved; the page showed:\n"
                              + "\n".join(seen) + f"\nplayer: {player_state(page)}") from None
 
 
@@ -165,11 +172,11 @@ def test_tour_draws_every_diagram_plays_scrubs_and_pulses(lab):
     _shot(page, "tour_1366x768_start")
     _play_until(page, 3)
     _press(page, "pause")
+    _wait(page, SETTLED, None, 240, "the step asked for before ⏸")
     st = player_state(page)
     assert not st["playing"] and st["drawn"] >= 1 and st["steps"] >= st["step"] + 1
     for n in DIAGRAMS:
-        page.locator(f'[data-da-diagram="{n}"]').first.scroll_into_view_if_needed()
-        page.wait_for_timeout(300)
+        show_diagram(page, 0, n - 1)        # scrolled to, drawn at the step on screen
         _assert_drawn(page, n)
     # hover a block: its physical block pulses in diagram 2 and in diagram 4's row
     p = _hover_block(page)
@@ -189,11 +196,9 @@ def test_tour_draws_every_diagram_plays_scrubs_and_pulses(lab):
     assert player_state(page)["step"] == 0
     first = player_state(page)["engine_step"]
     # (a diagram off screen is drawn when it comes into view)
-    page.locator('[data-da-diagram="4"]').first.scroll_into_view_if_needed()
-    page.wait_for_timeout(300)
+    show_diagram(page, 0, 3)
     assert len(drawn(page, 4)["chart"]) <= 1
-    page.locator('[data-da-diagram="1"]').first.scroll_into_view_if_needed()
-    page.wait_for_timeout(300)
+    show_diagram(page, 0, 0)
     assert f"step {first}: attention call" in drawn(page, 1)["svg_text"]
     _shot(page, "tour_1366x768_played")
     for n, name in DIAGRAMS.items():
@@ -210,8 +215,12 @@ def test_da_hook_steer_while_playing_step_back_and_a_second_tab(lab):
     _assert_fits(page)
     _play_until(page, 2)
     # The model writes its own <focus Ck>: wait for FOCUS, then note what a step reads.
-    page.wait_for_selector(FOCUS_LAMP_ON, timeout=240_000)
-    page.wait_for_timeout(1500)
+    _wait(page, f"() => !!document.querySelector('{FOCUS_LAMP_ON}')", None, 240,
+          "the model's own FOCUS")
+    _wait(page, "() => { const e = document.querySelector('[data-da-diagram=\"4\"] "
+          "[data-series=read]'); const y = e ? e.dataset.y.split(',').map(Number) : [];"
+          " return y.length >= 2 && y[y.length - 1] < Math.max(...y); }", None, 240,
+          "blocks read dropping after the model's tag")
     read = drawn(page, 4)["chart"]
     assert len(read) >= 2 and read[-1] < max(read), read      # its own tag hid blocks
     # Steer while it plays: <local> appears in the stream and blocks read per step drops
@@ -233,7 +242,7 @@ def test_da_hook_steer_while_playing_step_back_and_a_second_tab(lab):
           " return y.length && y[y.length - 1] < top; }", read[-1], 180,
           "blocks read dropping after LOCAL")
     _press(page, "pause")
-    page.wait_for_timeout(1000)
+    _wait(page, SETTLED, None, 240, "the step asked for before ⏸")
     st = player_state(page)
     assert not st["playing"] and st["drawn"] > 2
     # step back: the page shows the earlier step at once, and steering says why it is off
@@ -248,7 +257,8 @@ def test_da_hook_steer_while_playing_step_back_and_a_second_tab(lab):
     # A second tab on the same live kernel gets every step the first has, and the step on
     # screen.
     page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
-    page.wait_for_timeout(1000)
+    page.wait_for_function("!window.jupyterapp.shell.currentWidget.context.model.dirty",
+                           timeout=60_000)
     other = _page(browser)
     open_notebook(other, server, HOOK)
     _wait(other, "([sel, n]) => { const e = document.querySelector(sel);"

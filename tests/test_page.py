@@ -206,3 +206,23 @@ def test_the_batch_panel_marks_blocks_in_several_rows(browser, tmp_path):
             assert got == want, f"step {rec.step}, {req}"
         assert any(n == 3 for v in d.values() for _a, _b, n in v["shared"])
     assert not page.errors
+
+
+def test_a_still_image_says_nothing_about_hovering(browser, tmp_path):
+    """The page image export draws (`da-lab export --out`: a PNG can't be hovered) has no
+    "hover a block" hint and no "hovered" key in diagram 2; the interactive page keeps both
+    (issue 56)."""
+    from da_lab_widgets.export import run_page
+
+    texts = {}
+    for still in (False, True):
+        html = tmp_path / f"still-{still}.html"
+        html.write_text(run_page(TRACES / "seed_cpu.jsonl.gz", eager=True, still=still))
+        page = open_page(browser, html)
+        texts[still] = page.inner_text('[data-da-diagram="2"]') + " ".join(page.evaluate(
+            "() => [...document.querySelectorAll('[data-da-diagram=\"2\"] svg text')]"
+            ".map(t => t.textContent)"))
+        assert not page.errors
+        page.close()
+    assert "hover a block" in texts[False] and "hovered" in texts[False]
+    assert "hover" not in texts[True], texts[True]

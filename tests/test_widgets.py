@@ -172,6 +172,26 @@ def test_steering_off_with_a_reason_and_new_request_keeps_playing(lab):
     assert any(new in (c.get("notes") or {}) for c, _ in page.sent)   # its stream note
     assert src.records[-1].request(new) is not None          # one engine step ran it
     assert hook.steering.state()["reasons"]["local"] is None
+    # a new view (a reload) follows the new request in every diagram, as the others do
+    content, _ = page.say(type="hello", have=0)
+    assert content["follow"] == new
+    assert hook.steering.state()["status"] == f"following {new}: steer it while it runs"
     while player.step():
         pass
     assert lab.requests[new]["finished"] and len(lab.requests[new]["token_ids"]) == 12
+    # finished: the status no longer invites steering beside "steering is off" (issue 56)
+    assert hook.steering.state()["status"] == f"following {new}"
+
+
+def test_a_lesson_with_its_own_way_to_add_a_request_says_it(lab):
+    """06 adds questions with its Ask button: a finished player says that, not "in a cell"."""
+    src = LiveSource(lab, add_hint="Press Ask above with another question")
+    lab.add_request(lab.seed_prompt(n_chunks=4), max_tokens=4)
+    hook = DAHookDiagram(src.header, Highlight(), lab=lab)
+    player = Player(src, [hook])
+    assert player.widget.config["add_hint"] == "Press Ask above with another question"
+    while player.step():
+        pass
+    assert "Press Ask above with another question, then ▶" in player.note
+    assert "(Press Ask above with another question)" in hook.live_state(src.records)["steer"]["why"]
+    assert "in a cell" not in player.note

@@ -19,7 +19,9 @@ The last copied version of each notebook is kept in `<work>/.da_lab/origin/` to 
 The settings: `<work>/.da_lab/config/labconfig/page_config.json` disables JupyterLab's
 news/update plugin (its "get notified about Jupyter news?" toast covers the diagrams), and
 `lab-settings/overrides.json` there (named by `jupyter_server_config.json` beside it) turns on
-"save widget state" so a saved lesson reopens with its players drawn; `make lab` puts that folder
+"save widget state" so a saved lesson reopens with its players drawn, and the server's
+pre-save hook (da_lab_widgets/saved_state.py) keeps that state through a kernel restart and a
+later save; `make lab` puts that folder
 on JUPYTER_CONFIG_PATH, so the learner's own Jupyter settings stay untouched.
 `server_flags` and `server_env` are the server's command line and environment: the Makefile's
 `lab` line (tests/test_lab_files.py checks it has every flag) and the browser test's server.
@@ -34,6 +36,7 @@ from pathlib import Path
 
 ANNOUNCEMENTS = "@jupyterlab/apputils-extension:announcements"
 WIDGETS = "@jupyter-widgets/jupyterlab-manager:plugin"
+SAVE_HOOK = "da_lab_widgets.saved_state.pre_save"
 
 
 def state_dir(work: Path) -> Path:
@@ -72,8 +75,11 @@ def write_settings(work: Path) -> Path:
     _write(path, {"disabledExtensions": {ANNOUNCEMENTS: True}})
     settings = (config_dir(work) / "lab-settings").resolve()
     _write(settings / "overrides.json", {WIDGETS: {"saveState": True}})
+    # every save keeps the players' saved widget state through a kernel restart, or leaves
+    # their placeholder where none is left (da_lab_widgets/saved_state.py)
     _write(config_dir(work) / "jupyter_server_config.json",
-           {"LabApp": {"app_settings_dir": str(settings)}})
+           {"LabApp": {"app_settings_dir": str(settings)},
+            "ContentsManager": {"pre_save_hook": SAVE_HOOK}})
     return path
 
 

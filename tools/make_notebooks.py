@@ -26,11 +26,16 @@ KERNEL = {"name": "python3", "display_name": "Python 3", "language": "python"}
 # cell is code: da_lab.lesson.open_lesson, called from each lesson's first cell.)
 SHARED = ("When you are done, `lab.shutdown()` frees the engine",)
 MAX_CODE_LINE = 100   # ruff's line length; E501 is off in src/ for the markdown paragraphs
+# nbmake's per-cell limit (its default, 300 s, is a wall clock): on a busy machine a lesson's
+# engine or server start alone takes longer (07's server: 316 s at load 53,
+# bench/results/lesson-times-cpu-2026-12-07-busy.json). A ceiling, not what a cell takes.
+CELL_TIMEOUT_S = 1200
 
 
 def build(src: Path) -> nbf.NotebookNode:
     nb = nbf.v4.new_notebook()
     nb.metadata["kernelspec"] = dict(KERNEL)
+    nb.metadata["execution"] = {"timeout": CELL_TIMEOUT_S}
     new = {"markdown": nbf.v4.new_markdown_cell, "code": nbf.v4.new_code_cell}
     for k, cell in enumerate(jupytext.read(src, fmt="py:percent").cells):
         nb.cells.append(new[cell.cell_type](cell.source, id=f"{src.name[:2]}-{k:02d}"))

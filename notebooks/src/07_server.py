@@ -6,10 +6,12 @@
 # %%
 # Start `da-lab serve` in the background (the embedded model that writes
 # its own tags): three processes, the API server, the engine core and the worker where the
-# hook runs. DA_LAB_TRACE: the worker records its steps there. The last line says how long the
-# start took here, and how busy the machine was.
+# hook runs. DA_LAB_TRACE: the worker records its steps there. A line counts the seconds while
+# it starts (tens of seconds; minutes on a busy machine); the last says how long it took here,
+# and how busy the machine was.
 import atexit, os, re, shutil, signal, subprocess, sys, tempfile, time
 from pathlib import Path
+from da_lab.engine.startup import Progress
 
 WORK = Path(tempfile.mkdtemp(prefix="da-lab-serve-"))
 atexit.register(shutil.rmtree, WORK, ignore_errors=True)   # runs after the server is stopped
@@ -21,16 +23,20 @@ server = subprocess.Popen([sys.executable, "-m", "da_lab.cli", "serve", "--port"
                           stderr=subprocess.STDOUT, start_new_session=True)
 atexit.register(lambda: server.poll() is None and os.killpg(server.pid, signal.SIGTERM))
 url, t0, load0 = None, time.perf_counter(), os.getloadavg()[0]
+starting = Progress(what="starting da-lab serve")
+starting.start("API server, engine core and worker; waiting for it to serve")
 for _ in range(600):
     m = re.search(r"serving .* at (http://\S+)/v1", LOG.read_text())
     if m:
         url = m.group(1)
         break
     if server.poll() is not None:
+        starting.fail()
         raise RuntimeError(LOG.read_text()[-3000:])
     time.sleep(1)
-print(f"server at {url}: started in {time.perf_counter() - t0:.0f} s on {os.cpu_count()} "
-      f"CPUs, load average {load0:.1f} -> {os.getloadavg()[0]:.1f}")
+starting.done(f"server at {url}")
+print(f"started in {time.perf_counter() - t0:.0f} s on {os.cpu_count()} CPUs, load average "
+      f"{load0:.1f} -> {os.getloadavg()[0]:.1f}")
 
 # %% [markdown]
 # Three held-out questions of the tiny model's task, sent at once. The client builds each DA prompt with the server's tokenizer (chunks padded to whole blocks), sends the token ids and the layout, streams the reply, then asks the server for the request's DA stats.
@@ -50,8 +56,9 @@ def ask(s):
 with ThreadPoolExecutor(3) as ex:
     replies = list(ex.map(ask, samples))
 for s, r in zip(samples, replies):
-    print(f"{r.text!r:32} tags {r.tags}  expected {s.tag} {s.answer!r}  "
-          f"blocks read {r.stats['blocks_read']} of {r.stats['blocks_total']}")
+    print(f"{r.text!r:32} tags {r.tags}  expected {s.tag} {s.answer!r}  blocks read "
+          f"{r.stats['blocks_read']} of {r.stats['blocks_total']}, summed over its "
+          f"{r.stats['steps']} steps")
 
 # %% [markdown]
 # The server's own numbers: the `da_lab:` series on `/metrics`, beside vLLM's.

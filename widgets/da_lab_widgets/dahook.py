@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import html
 
-from .source import added_entry, first_request
+from .source import add_hint, added_entry, first_request
 from .steering import SteeringPanel, stream_note
 
 
@@ -70,8 +70,10 @@ class DAHookDiagram:
         if self.lab is None:
             return {}
         req = self._followed(records)
-        self.steering.can_add = bool(getattr(getattr(self.player, "source", None), "can_add",
-                                             False))
+        src = getattr(self.player, "source", None)
+        self.steering.can_add = bool(getattr(src, "can_add", False))
+        if src is not None:
+            self.steering.add_hint = add_hint(src)
         self.steering.bind(records, req)
         out = {"steer": self.steering.state()}
         if full or req != self._noted:

@@ -51,8 +51,9 @@ def browser_path() -> str:
     return path
 
 
-def run_page(trace_path: str | Path, *, eager: bool = False) -> str:
-    """The page of a trace: the player and all four diagrams, the trace embedded."""
+def run_page(trace_path: str | Path, *, eager: bool = False, still: bool = False) -> str:
+    """The page of a trace: the player and all four diagrams, the trace embedded. `still`: a
+    page drawn for images (nothing on it can be hovered, so no hint says to)."""
     from da_lab_widgets import (
         BlocksDiagram,
         DAHookDiagram,
@@ -73,7 +74,7 @@ def run_page(trace_path: str | Path, *, eager: bool = False) -> str:
                           DAHookDiagram(h, hl)])
     prov = h.get("provenance") or {}
     steps = [r.step for r in src.records]
-    config = {**player.config(kernel=False), "eager": eager}
+    config = {**player.config(kernel=False), "eager": eager, "still": still}
     return page_html(config, player.encoder.packet(), title=f"da_lab · {Path(trace_path).name}",
                      subtitle=f"{prov.get('vllm', '?')} on {prov.get('device', '?')}, model "
                               f"{prov.get('model_name') or prov.get('model', '?')}: steps "
@@ -184,7 +185,7 @@ def export_trace(trace_path: str | Path, out_dir: str | Path | None = None, *,
     out = Path(out_dir)
     with tempfile.TemporaryDirectory(prefix="da-export-") as tmp:
         page = Path(tmp) / "page.html"
-        page.write_text(run_page(trace_path, eager=True))
+        page.write_text(run_page(trace_path, eager=True, still=True))
         folders = [(i, out if steps is None else out / f"step_{tr.records[i].step:04d}")
                    for i in indices]
         written += render_images(page, folders)

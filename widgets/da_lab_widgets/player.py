@@ -22,6 +22,15 @@ from traitlets import Bytes, Dict, Unicode
 
 from .bundle import css, esm
 from .packets import RunEncoder
+from .source import add_hint
+
+# What a saved notebook shows where a player was when its widget state is gone (a kernel
+# restarted and the notebook saved since: JupyterLab then keeps no state for it, and `make lab`'s
+# save hook, da_lab_widgets/saved_state.py, drops the widget view so this shows instead of
+# JupyterLab's "model not found").
+PLACEHOLDER = ('<div class="da-player-placeholder" style="padding:8px 12px;border:1px dashed #999;'
+               'color:#333;font-size:13px">▶ The player was here: run this cell (or Run All) '
+               'to start it again. The kernel that drew it is gone, and so are its steps.</div>')
 
 
 class PlayerWidget(anywidget.AnyWidget):
@@ -32,6 +41,13 @@ class PlayerWidget(anywidget.AnyWidget):
     _uid = Unicode("").tag(sync=True)
     config = Dict().tag(sync=True)
     _base = Bytes(b"").tag(sync=True)       # the steps known when the widget was made
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = super()._repr_mimebundle_(**kwargs)     # anywidget's: (data, metadata)
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        if data:        # JupyterLab draws the widget view; the placeholder is the fallback
+            data["text/html"] = PLACEHOLDER
+        return bundle
 
 
 class Player:
@@ -46,6 +62,7 @@ class Player:
         self.i: int | None = None          # the step on screen
         self.note = ""
         self.ended = ""                     # why a followed source grows no more
+        self.followed: str | None = None    # the request every diagram follows (new_request)
         if speed is None:
             speed = round(1000 / interval_ms) if interval_ms else 3
         self.speed = max(1, min(60, int(speed)))
@@ -77,6 +94,7 @@ class Player:
                      if getattr(d, "highlight", None) is not None), self.uid)
         return {"uid": self.uid, "kernel": kernel, "live": bool(src.live and kernel),
                 "can_add": bool(kernel and getattr(src, "can_add", False)),
+                "add_hint": add_hint(src),
                 "has_lab": getattr(src, "lab", None) is not None,
                 "speed": self.speed, "link": link,
                 "header": {"provenance": src.header.get("provenance") or {}},
@@ -85,6 +103,8 @@ class Player:
 
     def live_state(self, full: bool = False) -> dict:
         state: dict = {"done": not self._engine_has_work()}
+        if full and self.followed:      # a new view (a reload) follows what the others follow
+            state["follow"] = self.followed
         for d in self.diagrams:
             if hasattr(d, "live_state"):
                 state.update(d.live_state(self.source.records, full))
@@ -162,7 +182,7 @@ class Player:
         last = f"step {recs[-1].step}" if recs else "its start"
         add = ("Press “new request” to add one and keep playing, or drag the slider back."
                if getattr(self.source, "can_add", False)
-               else "Add a request to the Lab in a cell, then ▶; or drag the slider back.")
+               else f"{add_hint(self.source)}, then ▶; or drag the slider back.")
         return f"finished: no request is running any more (the last ended at {last}). {add}"
 
     # ---- new requests --------------------------------------------------------------------
@@ -185,6 +205,7 @@ class Player:
 
     def follow(self, req: str) -> None:
         """Every diagram that follows one request follows `req` from its next drawing on."""
+        self.followed = req
         for d in self.diagrams:
             if hasattr(d, "req"):
                 d.req = req

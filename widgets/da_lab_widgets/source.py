@@ -65,23 +65,26 @@ class LiveSource:
 
     live = True
 
-    def __init__(self, lab, new_request=None) -> None:
+    def __init__(self, lab, new_request=None, add_hint: str | None = None) -> None:
         """`new_request(lab)`, if given, adds a request to the Lab and returns its id (or an
-        object with `.da_id` whose str() describes it): the player's "new request" button."""
+        object with `.da_id` whose str() describes it): the player's "new request" button.
+        `add_hint`: how the reader adds one otherwise, said when the run has finished (e.g.
+        "Press Ask above with another question"; default: in a cell)."""
         self.lab = lab
         self._new_request = new_request
+        self.add_hint = add_hint
         # The same header a recording made now would carry (Lab.record writes these three).
         self.header = {"provenance": lab.provenance(), "skeleton": lab.skeleton(),
                        "initial_kv": lab.kv_changes_from_empty()}
         self.records: list[StepRecord] = []
         self._group = [self]        # the sources every step this one runs is recorded in
 
-    def branch(self, new_request=None) -> LiveSource:
+    def branch(self, new_request=None, add_hint: str | None = None) -> LiveSource:
         """Another source over the same Lab whose records begin at the engine's next step (its
         header: the KV map now). Every step either one runs is recorded in both, so a player of
         each can run the engine and neither misses a step (lesson 04's readers beside its
-        lesson request)."""
-        other = LiveSource(self.lab, new_request)
+        lesson request; 06's paper-format request beside its question)."""
+        other = LiveSource(self.lab, new_request, add_hint)
         other._group = self._group
         self._group.append(other)
         return other
@@ -128,3 +131,9 @@ def added_entry(records: list, req: str) -> dict | None:
             if a["req"] == req:
                 return a
     return None
+
+
+def add_hint(source) -> str:
+    """How a reader adds a request to a source's Lab, in their words (a lesson with a button of
+    its own says so: LiveSource(add_hint=...)); the default: in a cell."""
+    return getattr(source, "add_hint", None) or "Add a request to the Lab in a cell"

@@ -40,7 +40,9 @@ class SteeringPanel:
         self.n_chunks = 0
         self.picked: tuple[int, ...] = ()
         self.status = ""              # the outcome of the last press (kept until the next)
+        self.status_step: int | None = None     # the engine's step when it was pressed
         self.can_add = False          # the player has a "+ new request" button
+        self.add_hint = "lab.add_request in a cell, then a new Player"   # or the lesson's way
 
     # ---- following a request ---------------------------------------------------------------
     def bind(self, records: list, req: str | None) -> None:
@@ -53,7 +55,7 @@ class SteeringPanel:
             # a new request: nothing ticked (the model picks its own chunk; a tick here would
             # suggest one), and the last press's outcome was about the request before
             self.req, self.picked = req, ()
-            self.status = f"following {req}: steer it while it runs"
+            self.status, self.status_step = "", None
         lay = (added_entry(records, req) or {}).get("layout")
         if lay is None and self.lab is not None and req in self.lab.requests:
             # not stepped yet: the layout the Lab was given
@@ -79,8 +81,7 @@ class SteeringPanel:
             return "no request yet: add one, then step once"
         r = self.lab.requests.get(self.req)
         if r is None or r["finished"]:
-            add = ("“+ new request” in the player" if self.can_add
-                   else "lab.add_request in a cell, then a new Player")
+            add = "“+ new request” in the player" if self.can_add else self.add_hint
             return (f"{self.req} has finished, and steering needs a running request: add "
                     f"one ({add}) and keep playing")
         return None
@@ -98,9 +99,14 @@ class SteeringPanel:
 
     def state(self) -> dict:
         """What the page's panel shows (sent with every step of a live run)."""
+        why = self.why_none()
+        status = self.status
+        if not status and self.req is not None:     # no press yet: what following it means now
+            status = (f"following {self.req}: steer it while it runs" if why is None
+                      else f"following {self.req}")
         return {"req": self.req, "chunks": [f"C{k}" for k in range(1, self.n_chunks + 1)],
-                "picked": list(self.picked), "why": self.why_none(), "reasons": self.reasons(),
-                "status": self.status,
+                "picked": list(self.picked), "why": why, "reasons": self.reasons(),
+                "status": status, "status_step": self.status_step,
                 "tags": {m.value: self.tag_for(m.value) for m in Mode
                          if m is not Mode.FOCUS or self.picked}}
 
@@ -116,6 +122,7 @@ class SteeringPanel:
         if chunks is not None:
             self.pick(chunks)
         why = self.why_none()
+        self.status_step = latest
         if why is None and shown is not None and latest is not None and shown < latest:
             why = EARLIER.format(shown=shown, latest=latest)
         if why is None and mode == Mode.FOCUS.value and not self.picked:

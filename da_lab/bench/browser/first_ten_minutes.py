@@ -91,7 +91,8 @@ def _browser(url: str, token: str, notebook: str, marks: dict, t0: float) -> Non
         page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=180_000)
         page.wait_for_function(KERNEL_IDLE, timeout=300_000)
         mark("kernel_ready_s")
-        page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        # not awaited: the command's promise resolves only when every cell has run
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
         page.wait_for_function(f"({FIRST_CELL})()", timeout=600_000, polling=200)
         mark("first_cell_done_s")
         page.wait_for_selector("[data-da-player] [data-da-action=play]", timeout=600_000)

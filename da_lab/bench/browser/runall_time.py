@@ -118,7 +118,8 @@ def browser(root: Path, nb_path: Path) -> str:
             page.wait_for_selector(".jp-Notebook", timeout=180_000)
             page.wait_for_function(KERNEL_IDLE, timeout=180_000)
             page.evaluate(WATCH)
-            page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            # not awaited: the command's promise resolves only when every cell has run
+            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
             page.wait_for_selector(".da-play, [data-da-player][data-da-drawn]", timeout=300_000)
             page.wait_for_function(KERNEL_IDLE, timeout=600_000)
             events = page.evaluate("window.__ev")

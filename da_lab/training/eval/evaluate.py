@@ -360,13 +360,16 @@ def table(res: dict) -> str:
             ("hidden", "hidden_chunk_answer_accuracy"), ("<local>", "local_accuracy"),
             ("attn cost", "decoding_attention_cost"))
 
+    # the first column as wide as the longest kind or set name (a set is named whole)
+    w = max([10] + [len(str(k)) + 1 for k in (*res["by_kind"], *res.get("by_set", {}))])
+
     def line(name: str, r: dict) -> str:
         cells = "".join(f"{'–' if r[k] is None else format(r[k], '.3f'):>12}" for _, k in cols)
-        return f"{name:<10}{r['n']:>5}{cells}"
+        return f"{name:<{w}}{r['n']:>5}{cells}"
 
-    lines = [f"{'':<10}{'n':>5}" + "".join(f"{h:>12}" for h, _ in cols)]
+    lines = [f"{'':<{w}}{'n':>5}" + "".join(f"{h:>12}" for h, _ in cols)]
     lines += [line(kind, r) for kind, r in res["by_kind"].items()]
-    lines += [line(name[:10], r) for name, r in res.get("by_set", {}).items()]
+    lines += [line(str(name), r) for name, r in res.get("by_set", {}).items()]
     lines.append(line("all", res))
     lines.append(f"blocks read per step after the tag: "
                  f"{res['blocks_read_fraction_after_tag']:.3f} of the row")

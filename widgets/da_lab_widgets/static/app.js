@@ -45,7 +45,7 @@ class Session {
       const got = this.run.append(buffers[0]);
       if (got === "gap") this.send({ type: "hello", have: this.run.length });
     }
-    if (this.pending >= 0 && (this.run.length > this.pending || msg.none)) this.pending = -1;
+    if (this.pending >= 0 && (this.run.length > this.pending || msg.none)) this._asking(-1);
     const { type, go, ...state } = msg;
     Object.assign(this.state, state);
     for (const fn of this.listeners) fn(this.state, msg);
@@ -55,8 +55,14 @@ class Session {
   // the next step of a live run (at most one ask in flight)
   need() {
     if (this.pending === this.run.length) return;
-    this.pending = this.run.length;
+    this._asking(this.run.length);
     this.send({ type: "need", have: this.run.length });
+  }
+
+  // the step asked of the engine (-1: none); the players say so in data-da-asking (tests)
+  _asking(n) {
+    this.pending = n;
+    for (const p of this.players) p.root.toggleAttribute("data-da-asking", n >= 0);
   }
 
   at(i) {     // the step on screen, for the kernel's `player.i`, once it rests (not per frame)

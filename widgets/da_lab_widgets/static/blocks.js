@@ -28,7 +28,9 @@ export class BlocksDiagram extends Diagram {
     this.view = null;
     this.titleEl = h("div", { class: "da-title" }, this.el);
     this.svg = s("svg", { class: "da-svg" }, this.el);
-    this.label = h("div", { class: "da-highlight", text: HINT }, this.el);
+    // a still image (export --out) can't be hovered: no hint there
+    this.hint = this.session.cfg.still ? "" : HINT;
+    this.label = h("div", { class: "da-highlight", text: this.hint }, this.el);
     this.offHub = this.hub.on(() => this._marks());
     this.svg.addEventListener("mousemove", (e) => this._hover(e));
     this.svg.addEventListener("mouseleave", () => { hideTip(); this.hub.set(null, "blocks"); });
@@ -98,7 +100,15 @@ export class BlocksDiagram extends Diagram {
                 "data-memory": "note", text: say }, svg);
   }
 
-  follow(req) { this.req = req; this.view = null; this.rowsKey = null; }
+  follow(req) { this.req = req; this.view = null; this.rowsKey = null; this.drawnAt = -1; }
+
+  // "+ new request": every diagram of the player follows the new request (as diagram 4 does)
+  state(st) {
+    if (st.follow && st.follow !== this.req) {
+      this.follow(st.follow);
+      if (this.i >= 0 && this.visible) { this.show(this.i, {}); this.drawnAt = this.i; }
+    }
+  }
 
   show(i, { dt = 0 } = {}) {
     const rec = this.begin(i), run = this.run;
@@ -112,6 +122,7 @@ export class BlocksDiagram extends Diagram {
     this.fresh = new Set([...staged].filter((p) => !before.has(p)));
     if (!hh || !hh.hooked) {
       this.titleEl.textContent = `step ${rec.step}: ${this.req} did not run`;
+      this._labels(null);
       for (const st of Object.values(this.strips)) st.draw([], v.slots);
       this.last.replaceChildren();
       this.rowsKey = null;
@@ -142,9 +153,7 @@ export class BlocksDiagram extends Diagram {
     this.titleEl.innerHTML = `<b>step ${rec.step}</b> · ${esc(v.req)} · ${esc(hh.mode)} · `
       + `seq_len ${hh.seq_len}: ${total} blocks, last ${fill}/${bs} full · kernel reads `
       + `${hh.blocks_read} blocks, attention seq_len ${hh.attn_seq_len}`;
-    this.rowLabels.logical.textContent = `(a) logical blocks · ${total}`;
-    this.rowLabels.staged.textContent = `${this.rowLabels.staged.textContent.split(" ·")[0]} · ${ns}`;
-    this.rowLabels.kernel.textContent = `(c) kernel row · reads ${read.length}`;
+    this._labels([total, ns, read.length]);
     const key = { req: v.req, total, staged, read, kept, slots, partial: hh.partial.size };
     if (!sameRows(key, this.rowsKey)) {
       this.rowsKey = key;
@@ -169,6 +178,15 @@ export class BlocksDiagram extends Diagram {
       this.order = order;
     }
     this._lastBlock(total - 1, fill, bs, slots, dt);
+  }
+
+  // the rows' counts beside their names (none when the request has no row this step)
+  _labels(n) {
+    const [total, ns, read] = n || [];
+    const base = (k) => this.rowLabels[k].textContent.split(" ·")[0];
+    this.rowLabels.logical.textContent = base("logical") + (n ? ` · ${total}` : "");
+    this.rowLabels.staged.textContent = base("staged") + (n ? ` · ${ns}` : "");
+    this.rowLabels.kernel.textContent = base("kernel") + (n ? ` · reads ${read}` : "");
   }
 
   // the last logical block, filled token by token up to seq_len (drawn over its run)
@@ -210,7 +228,7 @@ export class BlocksDiagram extends Diagram {
     line(CACHED, "free, prefix-cached");
     line("#eeeeee", "free");
     line(FLASH, "appended this step", true);
-    line(HL, "hovered (pulses in every diagram)", true);
+    if (!this.session.cfg.still) line(HL, "hovered (pulses in every diagram)", true);
     if (this.batch) line(SHARED, "bar under a block: one block, several rows", true);
     // the paper's unpadded chunks: a kept block that also holds hidden tokens (read whole)
     s("rect", { x, y: y - 10, width: 12, height: 12, fill: "none", stroke: "#333",
@@ -232,7 +250,7 @@ export class BlocksDiagram extends Diagram {
       this.grid.mark(new Set([p]), HL, "da-pulse");
     }
     if (this.batch) this.batch.mark(p, HL, "da-pulse");
-    this.label.textContent = p === null || p === undefined ? HINT : this._describe(p);
+    this.label.textContent = p === null || p === undefined ? this.hint : this._describe(p);
   }
 
   _describe(p) {

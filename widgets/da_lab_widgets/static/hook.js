@@ -32,7 +32,7 @@ export class HookDiagram extends Diagram {
     const live = !!cfg.steer && !!session.cfg.kernel;
     this.steer = new Steering(h("div", { class: "da-hook-right" }, top), session, live);
     this.steer.offWhy = steerOff(session.cfg, cfg);
-    this.steer.onPress = () => ({ i: this.player?.i ?? null, following: this._following() });
+    this.steer.onPress = () => ({ i: this.player?.i ?? null, following: this._atEngine() });
     this.noteEl = h("div", { class: "da-note" }, el);
     this.bands = {};
     const bands = h("div", { class: "da-bands" }, el);
@@ -63,7 +63,9 @@ export class HookDiagram extends Diagram {
   }
 
   state(st) {
-    if (st.follow) { this.req = st.follow; this.view = null; this.rowKey = null; }
+    if (st.follow && st.follow !== this.req) {
+      this.req = st.follow; this.view = null; this.rowKey = null; this.drawnAt = -1;
+    }
     if (this.i >= 0) this._steer();
   }
 
@@ -85,10 +87,12 @@ export class HookDiagram extends Diagram {
     this.buffer.set(buf, trapped.length ? trapped[trapped.length - 1].text : null,
                     prevH && prevH.hooked ? prevH.tag_buffer : "", dt);
     this.stream.innerHTML = streamHtml(ser.text(i), ser.tags, i, prevEnd, buf);
-    this._bands(rec, hooked ? hh : null);
-    this.readEl.textContent = `blocks read: ${hooked ? hh.blocks_read : "–"}`
-      + (hooked ? ` of ${hh.blocks_total}` : "");
-    this._row(hooked ? hh : null, dt);
+    const away = hooked ? "" : absent(ser, i, this.req);
+    this.lamps.away(away);
+    this._bands(rec, hooked ? hh : null, away);
+    this.readEl.textContent = hooked ? `blocks read: ${hh.blocks_read} of ${hh.blocks_total}`
+      : `blocks read: – (${away})`;
+    this._row(hooked ? hh : null, dt, away);
     this.chart.draw(ser.steps, ser.read, ser.total, k);
     this._steer();
     this._marks();
@@ -108,14 +112,14 @@ export class HookDiagram extends Diagram {
     this.rowKey = null;
   }
 
-  _bands(rec, hh) {
+  _bands(rec, hh, away) {
     const band = (key, label, detail, active = false) => {
       this.bands[key].innerHTML = `<b>${esc(label)}</b> <span style="color:#444">${detail}</span>`;
       this.bands[key].classList.toggle("da-band-active", active);
     };
     const kernel = `kernel (${this.cfg.backend || "attention backend"})`;
     if (!hh) {
-      band("model", "model code (untouched)", `step ${rec.step}: ${esc(this.req)} not scheduled`);
+      band("model", "model code (untouched)", `step ${rec.step}: ${esc(away)}`);
       band("hook", "metadata path + DA hook", "");
       band("kernel", kernel, "");
       return;
@@ -129,10 +133,10 @@ export class HookDiagram extends Diagram {
     band("kernel", kernel, `reads ${hh.blocks_read} of ${hh.blocks_total} blocks (${attn} tokens)`);
   }
 
-  _row(hh, dt) {
+  _row(hh, dt, away) {
     const v = this.view;
     if (!hh) {
-      this.rowTitle.textContent = `${this.req}: not scheduled this step`;
+      this.rowTitle.textContent = `${this.req}: ${away}, so no row to read`;
       this.held.draw([], v.slots); this.reads.draw([], v.slots); this.rowKey = null;
       return;
     }
@@ -164,6 +168,13 @@ export class HookDiagram extends Diagram {
     this.steer.refresh(this.session.state.steer, atEnd, shown && shown.step, latest && latest.step);
   }
 
+  // the page's step is the engine's, give or take the one step it has asked for: ▶ following,
+  // or paused at its last step while that step is on its way (the kernel writes the tag at the
+  // engine's next token either way)
+  _atEngine() {
+    return this._following() || (this.i >= this.run.length - 1 && this.session.pending >= 0);
+  }
+
   _marks() {
     if (!this.held) return;
     const p = this.hub.block;
@@ -187,6 +198,16 @@ export class HookDiagram extends Diagram {
     hideTip();
   }
 
+}
+
+// Why the request followed has no row at step i: not added yet, or finished (its last step)
+function absent(ser, i, req) {
+  const idx = ser.idx;
+  if (!idx.length || i < idx[0]) return `${req} has not run yet`;
+  if (i > idx[idx.length - 1]) {
+    return `${req} has finished (its last step was step ${ser.steps[ser.steps.length - 1]})`;
+  }
+  return `${req} was not scheduled this step`;
 }
 
 // Why this page can't steer, in words true where it is shown (null: it can)

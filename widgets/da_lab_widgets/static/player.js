@@ -112,7 +112,8 @@ export class Player {
   }
 
   step(d) {
-    this.pause();
+    this.pause(false);
+    this.atEngine = false;
     const j = this.i + d;
     if (j >= this.run.length) {
       if (this.live && !this.session.state.done) { this._waitFor(j, false); return; }
@@ -122,10 +123,11 @@ export class Player {
     this.show(Math.max(0, j), { dt: d > 0 ? this._anim() : 0 });
   }
 
-  goto(i) { this.show(Math.min(Math.max(0, i), this.run.length - 1)); }
+  goto(i) { this.atEngine = false; this.show(Math.min(Math.max(0, i), this.run.length - 1)); }
 
   _scrubbed() {
-    this.pause();
+    this.pause(false);
+    this.atEngine = false;
     this.show(Number(this.scrub.value));
   }
 
@@ -144,6 +146,7 @@ export class Player {
       if (this.run.length) this.show(0);         // at the end of a recording: from the start
     }
     this.playing = true;
+    this.atEngine = false;
     this.drawn = 0;
     this.painted = -1;
     this.due = performance.now();
@@ -157,10 +160,18 @@ export class Player {
     this.raf = requestAnimationFrame(loop);
   }
 
-  pause() {
+  pause(land = true) {
     if (!this.playing) return;
     this.playing = false;
     cancelAnimationFrame(this.raf);
+    // ▶ following the engine asks for each step a tick ahead, so at the engine's end the page
+    // may hold (or be about to get) one step more than it shows: ⏸ there lands on the engine's
+    // latest step, where a steer button acts, not one behind it (and stays as that step comes)
+    if (land && this.live && this.follow && !this.session.state.done
+        && this.i >= this.run.length - 2) {
+      this.atEngine = true;
+      if (this.i < this.run.length - 1) this.show(this.run.length - 1);
+    }
     this._buttons();
   }
 
@@ -194,7 +205,8 @@ export class Player {
       const j = this.waiting;
       this.waiting = undefined;
       this.show(j, { dt: this._anim() });
-    } else if (this.i < 0 && n) this.show(0);
+    } else if (this.atEngine && !this.playing && this.i < n - 1) this.show(n - 1);
+    else if (this.i < 0 && n) this.show(0);
     this._counter();
   }
 
@@ -247,7 +259,8 @@ export class Player {
     } else if (this.session.state.done) {
       const add = this.session.cfg.can_add
         ? "Press “new request” to add one and keep playing, or drag the slider back."
-        : "Add a request to the Lab in a cell, then ▶; or drag the slider back.";
+        : `${this.session.cfg.add_hint || "Add a request to the Lab in a cell"}, then ▶; or `
+          + "drag the slider back.";
       this.note(`finished: no request is running any more (the last ended at step `
                 + `${last ? last.step : "–"}). ${add}`);
     } else {

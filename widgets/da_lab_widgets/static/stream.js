@@ -25,7 +25,7 @@ export class Lamps {
   constructor(parent) {
     this.el = h("div", { class: "da-lamps", title: "the mode the hook applied this step" }, parent);
     // indicators, not buttons: a plain label first (the buttons are under "steer it yourself")
-    h("span", { class: "da-caption", text: "mode this step:" }, this.el);
+    this.caption = h("span", { class: "da-caption", text: "mode this step:" }, this.el);
     this.lamps = {};
     for (const m of MODES) {
       const w = h("span", { class: `da-lamp-wrap da-lamp-${m}`, "data-mode": m }, this.el);
@@ -33,6 +33,12 @@ export class Lamps {
       h("span", { class: "da-lamp-label", text: m.toUpperCase() }, w);
       this.lamps[m] = w;
     }
+  }
+  // no mode to show: the request is not in this step (why, in words)
+  away(why) {
+    this.el.classList.toggle("da-lamps-away", !!why);
+    this.el.title = why ? `no lamp: ${why}` : "the mode the hook applied this step";
+    this.caption.textContent = why ? "mode this step: none, not in this step" : "mode this step:";
   }
   set(mode) {
     for (const m of MODES) {
@@ -152,10 +158,17 @@ export class Steering {
     for (const b of this.chips.querySelectorAll("input")) b.disabled = !!why;
     this.off.textContent = why ? `steering is off: ${why}`
       : MODES.filter((m) => reasons[m]).map((m) => `${m.toUpperCase()} is off: ${reasons[m]}`).join(" · ");
-    if (st && st.status !== undefined && st.status !== this.lastStatus) {
-      this.lastStatus = st.status;
-      this.status.textContent = st.status;
+    // a press's outcome belongs to the engine's step it was made at: on an earlier step (the
+    // slider dragged back) it is said as what happens later
+    const later = !!st && st.status_step != null && shown != null && shown < st.status_step;
+    const text = st && st.status !== undefined
+      ? (later ? `later, at step ${st.status_step} (after the step on screen): ${st.status}`
+        : st.status) : this.lastStatus;
+    if (text !== undefined && text !== this.lastStatus) {
+      this.lastStatus = text;
+      this.status.textContent = text;
     }
+    this.status.classList.toggle("da-later", later);
   }
   pick(k, on) {
     if (on) this.picked.add(k); else this.picked.delete(k);
