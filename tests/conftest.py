@@ -56,7 +56,7 @@ TIERS = {
              "test_trace", "test_trace_broken", "test_trace_process", "test_trace_huge",
              "test_vllm_manifests", "test_nl_task", "test_eval_prompts", "test_eval_notebook",
              "test_packets", "test_bundle", "test_interfaces", "test_serve_units", "test_nl_paper",
-             "test_eval_needle", "test_eval_rescore", "test_gemma3_model",
+             "test_eval_needle", "test_eval_rescore", "test_gemma3_model", "test_nl_long",
              "test_hook_state", "test_torch_source", "test_env_child",
              "test_lab_files", "test_predict", "test_messages_fit", "test_reference_protocol"],
     "engine": ["test_engine", "test_kvmap", "test_lab_trace", "test_steering", "test_refusals",
