@@ -56,6 +56,7 @@ GGUF_BYTES = 253_113_024
 WEIGHTS_SHA256 = "cf4e538230192cf987f7ff033d906fd151bbfef797688e662d8214ea3115bf04"
 BUILDER = 1                       # bump when the folder's files change for the same inputs
 DELTA_DIR = ASSETS / DA_NAME
+DELTA_FILE = D.DELTA_FILE
 ENV_GGUF = "DA_LAB_GEMMA3_GGUF"
 END_OF_TURN = "<end_of_turn>"
 
