@@ -13,7 +13,7 @@
 # BUDGET (train seconds from the start, default 480: eight minutes), LR (default 4e-4), WARMUP
 # (default 20), RANK (default 32: a 15.2 MB delta), ALPHA (default 64), PAPER (share of samples
 # in the paper's protocol, default 0.7), LONG (share of long-text steps, default 0.25),
-# LONG_TOKENS (default 4000,12000), PAIRS (share of two-document samples, default 0.25),
+# LONG_TOKENS (default 4000,8000), PAIRS (share of two-document samples, default 0.25),
 # BATCH_TOKENS (default 32768), SEED (default 41), N (prompts per generated set, default 300),
 # N_NEEDLE (long texts, one and two parts each, default 36), MAX_TOKENS (default 160).
 # Runs from a copy of the repository (cd there first); G=/tmp/g58 by default.
@@ -31,7 +31,7 @@ train)
     python -m da_lab.training.trainer.finetune --base gemma3 --device cuda --seed "${SEED:-41}" \
         --rank "${RANK:-32}" --alpha "${ALPHA:-64}" --lr "${LR:-4e-4}" --warmup "${WARMUP:-20}" \
         --paper "${PAPER:-0.7}" --paper-drills --long "${LONG:-0.25}" \
-        --long-tokens "${LONG_TOKENS:-4000,12000}" --pairs "${PAIRS:-0.25}" --extra-domains \
+        --long-tokens "${LONG_TOKENS:-4000,8000}" --pairs "${PAIRS:-0.25}" --extra-domains \
         --batch-tokens "${BATCH_TOKENS:-32768}" --time-budget-s "${BUDGET:-480}" \
         ${INIT:+--init "$INIT"} --eval-n 96 --probe-n 32 --eval-every 120 \
         --out "$G/gemma3-da" > "$G/train.log" 2>&1
