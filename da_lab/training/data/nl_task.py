@@ -42,20 +42,27 @@ SENTINEL = "\x00DA-USER\x00"
 
 
 class ChatTokens:
-    """SmolLM2's tokenizer and chat template, read from a model folder (no transformers)."""
+    """A chat model's tokenizer and chat template, read from a model folder (no transformers):
+    SmolLM2's (<|im_start|> turns) or Gemma 3's (<start_of_turn> turns, <bos> first)."""
 
     def __init__(self, folder: str | Path) -> None:
         from tokenizers import Tokenizer
 
         folder = Path(folder)
+        self.folder = folder
         self.tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
         cfg = json.loads((folder / "tokenizer_config.json").read_text())
         self.template = cfg["chat_template"]
         self.eos_id = self.tok.token_to_id(cfg["eos_token"])
         self.pad_id = self.tok.token_to_id(cfg["pad_token"])
-        self.bos_id = None                      # SmolLM2's template starts with <|im_start|>
+        # Both templates write their start themselves (<|im_start|>; <bos><start_of_turn>):
+        # prompts are encoded without special tokens, and no BOS is added apart.
+        self.bos_id = None
+        # Room for a reply in the model's positions (SmolLM2: 8,192 - 512 = MAX_PROMPT).
+        self.max_prompt = int(cfg.get("model_max_length") or MAX_PROMPT + 512) - 512
         self.filler_id = self.encode("\n")[0]
         self._frames: dict = {}
+        self._turn: tuple[str, str] | None = None
 
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False).ids
@@ -67,9 +74,15 @@ class ChatTokens:
         """The chat template, rendered as transformers renders it (sandboxed jinja2)."""
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+        def raise_exception(msg):
+            raise ValueError(msg)
+
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = raise_exception
+        bos = self.tok.id_to_token(self.tok.token_to_id("<bos>")) if self.tok.token_to_id(
+            "<bos>") is not None else ""
         return env.from_string(self.template).render(
-            messages=messages, add_generation_prompt=add_generation_prompt)
+            messages=messages, add_generation_prompt=add_generation_prompt, bos_token=bos)
 
     def frame(self, system: str | None) -> tuple[str, str]:
         """(text before, text after) the user message's content in a chat prompt."""
@@ -81,10 +94,28 @@ class ChatTokens:
         self._frames[system] = before, after
         return before, after
 
+    def turn(self) -> tuple[str, str]:
+        """(text after a reply's end-of-turn token and before the next user message, text
+        after that message up to the next reply): a follow-up question's given frame.
+        SmolLM2: ("\\n<|im_start|>user\\n", "<|im_end|>\\n<|im_start|>assistant\\n")."""
+        if self._turn is None:
+            a, b = SENTINEL + "A", SENTINEL + "B"
+            text = self.render([{"role": "user", "content": "x"},
+                                {"role": "assistant", "content": a},
+                                {"role": "user", "content": b}])
+            eos = self.tok.id_to_token(self.eos_id)
+            between = text.split(a, 1)[1].split(b, 1)[0]
+            if not between.startswith(eos):
+                raise ValueError(f"{self.folder}: the chat template does not end a reply with "
+                                 f"its eos token {eos!r}")
+            self._turn = between[len(eos):], text.split(b, 1)[1]
+        return self._turn
+
 
 @lru_cache(maxsize=4)
 def tokens(folder: str | None = None) -> ChatTokens:
-    """SmolLM2's tokenizer (the base model's folder, built on first use)."""
+    """A chat model's tokenizer (default: SmolLM2's, the base model's folder, built on first
+    use)."""
     if folder is None:
         from da_lab.models.tiny import model_path
 
@@ -118,10 +149,15 @@ def user_prompt(documents: list[str], question: str, tok: ChatTokens | None = No
     texts = [f"Document C{k}: {d}\n" for k, d in enumerate(docs, start=1)]
     prompt = build_prompt(tok.encode, before + INTRO, texts, "Question: " + q + after,
                           filler_id=tok.filler_id, bos_id=None, block_size=BLOCK_SIZE)
-    if prompt.layout.prompt_len > MAX_PROMPT:
-        raise ValueError(f"the prompt is {prompt.layout.prompt_len} tokens; SmolLM2-DA was "
-                         f"trained on at most {MAX_PROMPT}")
+    _check_length(prompt, tok)
     return prompt
+
+
+def _check_length(prompt: DAPrompt, tok: ChatTokens) -> None:
+    if prompt.layout.prompt_len > tok.max_prompt:
+        # (the model's positions less room for a reply)
+        raise ValueError(f"the prompt is {prompt.layout.prompt_len} tokens; the model was "
+                         f"trained on at most {tok.max_prompt}")
 
 
 def paper_user_prompt(documents: list[str], question: str,
@@ -138,9 +174,7 @@ def paper_user_prompt(documents: list[str], question: str,
     tok = tok or tokens()
     prompt = paper.paper_prompt(tok.encode, q, docs, block_size=BLOCK_SIZE, system_prompt="",
                                 frame=tok.frame(paper.SYSTEM_PROMPT))
-    if prompt.layout.prompt_len > MAX_PROMPT:
-        raise ValueError(f"the prompt is {prompt.layout.prompt_len} tokens; SmolLM2-DA was "
-                         f"trained on at most {MAX_PROMPT}")
+    _check_length(prompt, tok)
     return prompt
 
 
@@ -175,7 +209,7 @@ _ABBREV = re.compile(r"(?:^|\s)(?:Dr|Mr|Mrs|Ms|Prof|St|Mt|No|Jr|Sr|vs|approx|ca)
 def _first_sentence(reply: str) -> str:
     """Up to the first full stop (or ! ?) followed by a space, or a line break; "Dr." and
     similar abbreviations do not end a sentence."""
-    text = _TAG.sub(" ", reply.split("<|im_end|>")[0]).strip()
+    text = _TAG.sub(" ", re.split(r"<\|im_end\|>|<end_of_turn>", reply)[0]).strip()
     for m in re.finditer(r"(?<=[.!?])\s|\n", text):
         if m.group(0) == "\n" or not _ABBREV.search(text[: m.start()]):
             return text[: m.start()]

@@ -3,7 +3,8 @@ paper's rules (core/paper.segment_context: ~2,048-token segments at the coarsest
 boundary), with the fact a question asks at a chosen depth (needle-style), as prompts-file
 lines for `da-lab eval --prompts` ("protocol": "paper").
 
-    python -m da_lab.training.eval.eval_needle [--n 10] [--tokens 4000,7000] > needle.jsonl
+    python -m da_lab.training.eval.eval_needle [--n 10] [--tokens 4000,7000] [--two 10]
+        [--model gemma3] > needle.jsonl
 
 Line i of a depth list d1..dk puts the asked entity's paragraph at depth d (0 = the start,
 1 = the end) of a text made of one held-out sample's documents (held-out names and values,
@@ -70,6 +71,23 @@ def needle_lines(n: int, seed: int = G.EVAL_SEED, depths=DEPTHS, **kw) -> list[d
     return [needle_line(seed, i, depths[i % len(depths)], **kw) for i in range(n)]
 
 
+def two_part_lines(n: int, seed: int = G.EVAL_SEED, tokens: tuple[int, int] = TOKENS,
+                   split: str = "heldout", tok=None) -> list[dict]:
+    """n long-text lines of two-part questions (nl_long: the two facts in two different
+    segments, held-out names and values), as prompts-file lines with both segments needed."""
+    from da_lab.training.data import nl_long as NL
+
+    out = []
+    for i in range(n):
+        rng = rng_for(seed, NEEDLE_STREAM + 1, i)
+        s = NL.make_long_sample(rng, kind="multi", heldout=True, split=split, tokens=tokens,
+                                tok=tok or N.tokens())
+        rec = record(s, "needle-two", f"needle-two:{seed}:{i}")
+        rec.update(protocol="paper")
+        out.append(rec)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m da_lab.training.eval.eval_needle",
                                  description="write long-text needle prompts (the paper's "
@@ -79,9 +97,21 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", default=f"{TOKENS[0]},{TOKENS[1]}",
                     help="lo,hi: the text's length in tokens")
     ap.add_argument("--split", choices=("train", "heldout"), default="heldout")
+    ap.add_argument("--model", default=None,
+                    help="the model whose tokenizer counts the segments' tokens (the paper's "
+                         "segmentation is in the model's tokens; default smollm2)")
+    ap.add_argument("--two", type=int, default=0,
+                    help="also this many two-part questions, the facts in two segments")
     args = ap.parse_args(argv)
     lo, hi = (int(x) for x in args.tokens.split(","))
-    for rec in needle_lines(args.n, args.seed, tokens=(lo, hi), split=args.split):
+    tok = None
+    if args.model:
+        from da_lab.models.tiny import model_path
+
+        tok = N.tokens(str(model_path(args.model)))
+    recs = needle_lines(args.n, args.seed, tokens=(lo, hi), split=args.split, tok=tok)
+    recs += two_part_lines(args.two, args.seed, (lo, hi), args.split, tok)
+    for rec in recs:
         sys.stdout.write(json.dumps(rec, ensure_ascii=False) + "\n")
     return 0
 

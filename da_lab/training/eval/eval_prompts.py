@@ -190,8 +190,20 @@ def main(argv=None) -> int:
                     help='set = "<set>/<domain asked about>" ("<set>/no document")')
     ap.add_argument("--protocol", choices=PROTOCOLS, default="card",
                     help="the prompt and tags: card (the design card's) or paper (Ho et al.)")
+    ap.add_argument("--generator", choices=("nl_gen", "nl_pairs"), default="nl_gen",
+                    help="nl_pairs: two-document questions only (one attribute of two "
+                         "entities, or two attributes of two domains' entities)")
     args = ap.parse_args(argv)
-    for i, s in enumerate(G.held_out(args.n, args.seed, split=args.split)):
+    if args.generator == "nl_pairs":
+        from da_lab.training.data import nl_pairs as NP
+        from da_lab.training.data.task import HELDOUT, rng_for
+
+        gen = [NP.make_pair_sample(rng_for(args.seed, HELDOUT, i), heldout=True,
+                                   split=args.split, protocol=args.protocol)
+               for i in range(args.n)]
+    else:
+        gen = G.held_out(args.n, args.seed, split=args.split)
+    for i, s in enumerate(gen):
         name = args.set
         if args.by_domain:
             name = f"{args.set or args.split}/{s.meta['domain'] or 'no document'}"

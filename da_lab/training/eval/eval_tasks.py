@@ -25,7 +25,7 @@ from pathlib import Path
 
 from da_lab.core.tags import Directive, Mode, tag_text
 
-NL_MODELS = ("smollm2", "smollm2-da")
+NL_MODELS = ("smollm2", "smollm2-da", "gemma3", "gemma3-da")
 
 
 class RecordsTask:
@@ -60,7 +60,6 @@ class RecordsTask:
 
 class NLTask(RecordsTask):
     name = "nl"
-    base_model = "smollm2"
     max_tokens = 64
     answer_rule = ("normalised exact match (da_lab.training.data.nl_task.answer_correct): the "
                    "reply's first sentence, lower-cased, without tags, punctuation or articles, "
@@ -68,16 +67,41 @@ class NLTask(RecordsTask):
                    "attribute in the prompt; a value word inside a phrase restated from the "
                    "question (the entity's name) is not a mention (since 2026-12-07)")
 
-    def __init__(self) -> None:
+    def __init__(self, model=None) -> None:
         from da_lab.training.data import nl_gen as G
         from da_lab.training.data import nl_task as N
 
         self.N, self.G = N, G
         self.default_seed = G.EVAL_SEED
+        self.model = model
+        self._tok = None
+
+    @property
+    def tok(self):
+        """The evaluated model's tokenizer and chat template (SmolLM2's when no model is named):
+        prompts are built with the tokens the model reads."""
+        if self._tok is None:
+            if self.model is None:
+                self._tok = self.N.tokens()
+            else:
+                from da_lab.models.tiny import model_path
+
+                self._tok = self.N.tokens(str(model_path(self.model)))
+        return self._tok
+
+    @property
+    def base_model(self) -> str:
+        """The base model of the evaluated one (its plain-prompt run): Gemma 3's for a Gemma 3
+        folder, else SmolLM2's."""
+        try:
+            cfg = json.loads((Path(self.tok.folder) / "config.json").read_text())
+        except (OSError, ValueError, AttributeError):
+            cfg = {}
+        return "gemma3" if cfg.get("model_type") == "gemma3_text" else "smollm2"
 
     def samples(self, n: int, seed: int, gen: dict) -> list:
         gen = dict(gen)
-        return self.G.held_out(n, seed, split=gen.pop("split", "train"), **gen)
+        return self.G.held_out(n, seed, split=gen.pop("split", "train"), tok=self.tok, **gen)
 
     def correct(self, answer: str, s) -> bool:
         return self.N.answer_correct(answer, s)
@@ -95,7 +119,7 @@ class NLTask(RecordsTask):
         return p
 
     def plain_prompt(self, s) -> list[int]:
-        return self.N.plain_prompt(s)
+        return self.N.plain_prompt(s, self.tok)
 
 
 class PromptsTask(NLTask):
@@ -106,8 +130,8 @@ class PromptsTask(NLTask):
                    "value word inside a phrase restated from the question is not a mention "
                    "(since 2026-12-07)")
 
-    def __init__(self, path) -> None:
-        super().__init__()
+    def __init__(self, path, model=None) -> None:
+        super().__init__(model)
         self.path = path
         self.default_seed = None
 
@@ -117,17 +141,18 @@ class PromptsTask(NLTask):
         if gen:
             raise ValueError("--prompts takes its documents from the file: no --context, "
                              "--chunks or --domains")
-        return P.samples(self.path, n)
+        return P.samples(self.path, n, self.tok)
 
 
 def task_for(task: str, model, prompts=None) -> RecordsTask:
-    """The task by name, or ("auto") by model: the SmolLM2 names and any folder whose tokenizer
-    has a chat template get the nl task, everything else the records task; a prompts file
-    gets the prompts task (a chat model's)."""
+    """The task by name, or ("auto") by model: the SmolLM2 and Gemma 3 names and any folder
+    whose tokenizer has a chat template get the nl task, everything else the records task; a
+    prompts file gets the prompts task (a chat model's). The nl tasks build their prompts
+    with the model's own tokenizer."""
     if prompts is not None:
         if task == "records" or task_for(task, model).name != "nl":
             raise ValueError("--prompts needs a chat model that writes its tags (smollm2-da)")
-        return PromptsTask(prompts)
+        return PromptsTask(prompts, model)
     if task == "auto":
         name = str(model or "")
         chat = False
@@ -139,7 +164,7 @@ def task_for(task: str, model, prompts=None) -> RecordsTask:
                 chat = False
         task = "nl" if name in NL_MODELS or chat else "records"
     if task == "nl":
-        return NLTask()
+        return NLTask(model)
     if task == "records":
         return RecordsTask()
     raise ValueError(f"unknown task {task!r} (records, nl or auto)")

@@ -72,19 +72,25 @@ def tag_written(text: str, n_chunks: int) -> str | None:
 
 def answer_text(text: str, n_chunks: int, protocol: str = "card") -> tuple[object, str]:
     """(the chunks the model declared, its answer). The card's: the first tag's directive (None
-    when malformed) and the text after it. The paper's (Ho et al. 2026): the first focus it
-    declared (else its first tag: <local> when it needs no chunk), and the text inside
-    <answer>...</answer> (else after its last tag)."""
+    when malformed) and the text after it. The paper's (Ho et al. 2026): the chunks of the
+    focus blocks it opened before its first <local> (one block naming "3,7", or one block per
+    fact as the paper's Section 2 example: "3" then "7"; else its first tag: <local> when it
+    needs no chunk), and the text inside <answer>...</answer> (else after its last tag)."""
     if protocol != "paper":
         directive, offset = first_tag(text, n_chunks)
         rest = text if offset is None else text[offset:]
         return directive, rest.strip()
-    from da_lab.core.tags import EventKind, Mode, TagStream
+    from da_lab.core.tags import Directive, EventKind, Mode, TagStream
 
     events = TagStream(n_chunks=n_chunks).feed(text)
     opened = [e.directive for e in events if e.kind is EventKind.TAG_TRAPPED
               and not e.text.startswith("</")]
-    directive = next((d for d in opened if d.mode is Mode.FOCUS), opened[0] if opened else None)
+    before = opened[:next((i for i, d in enumerate(opened) if d.mode is Mode.LOCAL),
+                          len(opened))]
+    chunks = [c for d in before if d.mode is Mode.FOCUS for c in d.chunks]
+    directive = (Directive(Mode.FOCUS, chunks=tuple(chunks)) if chunks else
+                 next((d for d in opened if d.mode is Mode.FOCUS),
+                      opened[0] if opened else None))
     m = _ANSWER.search(text)
     rest = m.group(1) if m else text[events[-1].offset if events else 0:]
     return directive, rest.strip()

@@ -28,13 +28,13 @@ load_doc = load_document                     # for the lesson: a committed eval 
 
 
 def examples(kinds: tuple[str, ...] = ("single", "multi", "local"),
-             seed: int = G.EVAL_SEED, split: str = "heldout") -> list[dict]:
+             seed: int = G.EVAL_SEED, split: str = "heldout", tok=None) -> list[dict]:
     """One held-out sample of each kind, small enough for a CPU (about 1,000 tokens, 4-6
     documents): the first of that kind in the held-out stream (of held-out domains by
-    default)."""
+    default). `tok`: the model's tokens (nl_task.tokens(folder); default SmolLM2's)."""
     out: dict[str, dict] = {}
     for i in range(200):
-        s = G.sample(seed, i, G.HELDOUT, split, context=(900, 1200), n_chunks=(4, 6))
+        s = G.sample(seed, i, G.HELDOUT, split, context=(900, 1200), n_chunks=(4, 6), tok=tok)
         if s.kind in kinds and s.kind not in out:
             out[s.kind] = {"documents": list(s.meta["documents"]),
                            "question": s.meta["question"], "kind": s.kind,
@@ -52,8 +52,9 @@ def split_documents(text: str) -> list[str]:
 
 
 def reply(text: str) -> str:
-    """A reply as the user reads it: up to the end of the model's turn."""
-    return text.split("<|im_end|>")[0].strip()
+    """A reply as the user reads it: up to the end of the model's turn (SmolLM2's <|im_end|>,
+    Gemma's <end_of_turn>)."""
+    return re.split(r"<\|im_end\|>|<end_of_turn>", text)[0].strip()
 
 
 class EndOfTurn:
@@ -64,7 +65,13 @@ class EndOfTurn:
 
     def __init__(self, lab, eos_id: int | None = None) -> None:
         self._lab = lab
-        self.eos_id = N.tokens().eos_id if eos_id is None else eos_id
+        # The end of turn of the model the Lab runs (its folder's tokenizer), unless given.
+        if eos_id is None:
+            try:
+                eos_id = N.tokens(str(lab.model)).eos_id
+            except (AttributeError, OSError, KeyError, ValueError):   # not a chat model's
+                eos_id = N.tokens().eos_id
+        self.eos_id = eos_id
 
     def step(self):
         rec = self._lab.step()

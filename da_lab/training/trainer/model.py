@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from da_lab.training.data import task as T
 from da_lab.training.trainer.batches import collate
-from da_lab.training.trainer.masks import dense_mask
+from da_lab.training.trainer.masks import dense_mask, layer_masks
 
 
 def build_model(cfg: dict, seed: int):
@@ -81,9 +81,14 @@ def forward(model, batch: dict, block_size: int, masked: bool = True):
     B, L = ids.shape
     row_seg = batch["row_seg"] if masked else torch.zeros_like(batch["row_seg"])
     mask = dense_mask(row_seg, batch["seg_visible"], L, block_size, ids.device)
-    h = model.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+    # A hybrid model's sliding-window layers keep their window: DA masks its global layers only.
+    h = model.model(input_ids=ids, attention_mask=layer_masks(model.config, mask),
+                    use_cache=False).last_hidden_state
     sel = (batch["targets"] >= 0).reshape(-1).nonzero().squeeze(1)
     logits = model.lm_head(h.reshape(B * L, -1).index_select(0, sel))
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    if cap:                                  # Gemma's own head does this after lm_head
+        logits = torch.tanh(logits / cap) * cap
     return logits, batch["targets"].reshape(-1)[sel], sel
 
 
