@@ -227,7 +227,7 @@ class Session:
         on it when the flag is on and the rule groups the step (a global group's builder
         only). Never raises: a failure runs the step plain, with a warning."""
         step = self._thread.step
-        if self.grouped.flag is None or step is None or not step.editing:
+        if self.grouped.flag is None or step is None or not step.building:
             return meta
         group, _ = self._group(builder)
         if group is not None and not group.masked:     # a sliding-window or state group

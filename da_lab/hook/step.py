@@ -80,6 +80,11 @@ class Step:
         return self.plan.masks
 
     @property
+    def building(self) -> bool:
+        """The builder has not finished this step's metadata yet (the grouped read's window)."""
+        return self._open
+
+    @property
     def editing(self) -> bool:
         """The builder is about to edit this step's metadata (update_block_table refuses)."""
         return self._open and self._edit is not None
