@@ -202,11 +202,13 @@ def run_case(model: str, runner: str, graphs: str, max_tokens: int = 40,
     # Hybrid models: their block size, prompt room and vLLM 0.26 arguments (hybrid_dummy).
     extra = hybrid_dummy.lab_kwargs(model) if model in HYBRID_MODELS else {}
     sizes = {"num_blocks": 160, "max_model_len": 2048, **extra}
-    engine = {"kv_cache_memory_bytes": 1 << 30} if cuda else {}
+    llm_kw: dict = {}                 # LLM keywords: the KV cache's bytes, the graph mode
+    if cuda:
+        llm_kw["kv_cache_memory_bytes"] = 1 << 30
     if graphs == "piecewise":
-        engine["compilation_config"] = {"cudagraph_mode": "PIECEWISE"}
+        llm_kw["compilation_config"] = {"cudagraph_mode": "PIECEWISE"}
     lab = Lab(path, **sizes, eager=graphs not in ("full_and_piecewise", "piecewise"),
-              grouped_read=grouped, **engine)
+              grouped_read=grouped, **llm_kw)
     info = {"runner_class": lab.runner_class, "runner_ran": lab.runner_kind,
             "cudagraph_mode": lab.graph_mode(), "backend": lab.session.backend,
             "engine_start_s": round(time.perf_counter() - t0, 1), "engine": lab.engine_name,

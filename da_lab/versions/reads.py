@@ -21,6 +21,7 @@ from da_lab.versions.needs_engine import (
     ATTENTION_BACKEND,
     ATTENTION_SPEC,
     ATTN_GROUP,
+    ATTN_IMPL,
     BLOCK,
     BLOCK_TABLE,
     BLOCK_TABLES_V2,
@@ -120,6 +121,7 @@ HOLDS: dict[str, object] = {
     f"{CORE}.scheduler": SCHED,
     f"{EXECUTOR}.driver_worker": WORKER_WRAPPER,
     f"{SCHED}.kv_cache_manager": KV_MANAGER,
+    f"{SCHED}.kv_cache_config": KV_CONFIG,
     f"{KV_MANAGER}.block_pool": POOL,
     # configs: scalars, torch dtypes and transformers' config, but for these
     f"{VLLM_CONFIG}.model_config": MODEL_CONFIG,
@@ -154,6 +156,7 @@ HOLDS: dict[str, object] = {
     f"{META_BUILDER}.kv_cache_spec": ATTENTION_SPEC,
     f"{KV_GROUP_SPEC}.kv_cache_spec": (KV_CACHE_SPEC, SLIDING_SPEC),
     f"{ATTN_GROUP}.get_metadata_builder()": META_BUILDER,
+    f"{ATTENTION_BACKEND}.get_impl_cls()": ATTN_IMPL,
     f"{COMMON_META}.*": PLAIN,
     # the loaded model (engine/introspect.py)
     f"{ATTENTION}.attn_backend": ATTENTION_BACKEND,
@@ -170,6 +173,7 @@ READS: dict[str, dict[str, object]] = {
     "da_lab.engine.access": {
         "llm": LLM, "client": INPROC_CLIENT, "wrapper": WORKER_WRAPPER, "worker": WORKER,
         "runner": RUNNERS, "g": ATTN_GROUP, "get_tp_group()": GROUP_COORD,
+        "kv_cache_groups:g": KV_GROUP_SPEC,
     },
     "da_lab.engine.lab": {
         **_GEN, "self.llm": LLM, "self.engine": ENGINE, "self._runner": RUNNERS,
@@ -203,6 +207,12 @@ READS: dict[str, dict[str, object]] = {
     "da_lab.hook.step": {"cm": COMMON_META},
     "da_lab.hook.metadata": {"cm": COMMON_META, "out": COMMON_META},
     "da_lab.hook.runners.live": {"check_cm_fields:cls": ANY},
+    # the grouped read (issue 59): the backends' impl forward wrapped, the step's metadata
+    "da_lab.hook.grouped": {"runner": RUNNERS, "attn_groups": PLAIN, "_install:g": ATTN_GROUP,
+                            "spec": ATTENTION_SPEC, "vc": VLLM_CONFIG, "cm": COMMON_META},
+    # CPU_ATTN's ops as a module (`import vllm._custom_ops as ops`): its functions and their
+    # keywords are needs.py's (first/accepts); its impl, layer and metadata are duck-typed
+    "da_lab.hook.grouped_exec": {},
     "da_lab.hook.runners.common": {
         "vllm_config": VLLM_CONFIG, "kv_cache_config": KV_CONFIG, "runner": RUNNERS,
         "attn_groups": PLAIN, "group_facts:g": KV_GROUP_SPEC, "note_runner:g": ATTN_GROUP,
@@ -256,6 +266,8 @@ READS: dict[str, dict[str, object]] = {
     "da_lab.bench.timing.hook_cpu.STOCK": {**_GEN, "llm": LLM, "eng": ENGINE},
     "da_lab.bench.timing.lab_cpu": {"lab.engine": ENGINE, "engine": PLAIN},
     "da_lab.bench.timing.serve_gpu": {"vllm": "vllm"},
+    "da_lab.bench.timing.first_cell": {"LLM": LLM, "llm": LLM},
+    "da_lab.bench.models.gemma3_check": {**_GEN, "llm": LLM, "engine": ENGINE, "o": OUTPUT},
     "da_lab.checks.gpu_tests": {"lab.llm": LLM, "run_case:runner": PLAIN,
                                 # Lab(**{...}): the hybrid models' (hybrid_dummy.lab_kwargs)
                                 "**sizes": (
