@@ -88,7 +88,7 @@ TIERS = {
              "test_lab_files", "test_predict", "test_messages_fit", "test_reference_protocol",
              "test_tags_rules", "test_paper_render", "test_module_state",
              "test_vllm_reads", "test_serve_gate", "test_hybrid_reference", "test_hybrid_dummy",
-             "test_roofline", "test_grouping", "test_lesson_cells",
+             "test_roofline", "test_grouping", "test_lesson_cells", "test_nb_poll",
              "test_system_packages"],
     "engine": ["test_engine", "test_kvmap", "test_lab_trace", "test_steering", "test_refusals",
                "test_reliability", "test_selfcheck", "test_tp_cpu", "test_cli_messages",

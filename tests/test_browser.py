@@ -156,8 +156,8 @@ def _hover_block(page) -> int:
     g.scroll_into_view_if_needed()
     box = g.bounding_box()
     page.mouse.move(box["x"] + 2, box["y"] + box["height"] / 2)
-    page.wait_for_function("[...globalThis.__daLabHubs.values()].some((h) => h.block !== null)")
-    return page.evaluate("[...globalThis.__daLabHubs.values()].find((h) => h.block !== null)"
+    page.wait_for_function("[...document.__daLabPage.hubs.values()].some((h) => h.block !== null)")
+    return page.evaluate("[...document.__daLabPage.hubs.values()].find((h) => h.block !== null)"
                          ".block")
 
 

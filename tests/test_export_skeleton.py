@@ -205,7 +205,7 @@ def test_metadata_path_packet_carries_the_steps_values(trace, page):
     # The hovered block: a staged block the kernel skips is reported as hidden.
     page.evaluate("(i) => daLab.goto(i)", i)
     hidden = next(b for b in h.staged_row.tolist() if b not in h.read_row.tolist())
-    hub = "[...globalThis.__daLabHubs.values()][0]"
+    hub = "[...document.__daLabPage.hubs.values()][0]"
     page.evaluate(f"(b) => {hub}.set(b, 'test')", hidden)
     assert "HIDDEN from the kernel" in page.inner_text(f"{d3} .da-hl-note")
     page.evaluate(f"(b) => {hub}.set(b, 'test')", int(h.read_row[0]))

@@ -103,3 +103,33 @@ def test_the_step_values_are_frozen():
     rec = StepRecord.build(0, 0.0, outputs=[("a", [1], "x", False)])
     with pytest.raises(dataclasses.FrozenInstanceError):
         rec.requests = []
+
+
+# ---- the page's modules (widgets/da_lab_widgets/static/*.js) ----------------------------------
+STATIC = ROOT / "widgets" / "da_lab_widgets" / "static"
+# The bootstrap is the one exception: anywidget evaluates loader.js once per widget model, and it
+# links the lab's modules once per page (globalThis[KEY]), adds one rejection listener
+# (__daLabQuiet) and patches anywidget's model class once (__daLabPatched).
+BOOTSTRAP = "loader.js"
+_TOP_STATE = re.compile(r"^(let|var)\s|^const\s+\w+\s*=\s*(new\s+(Map|Set|WeakMap|WeakSet|Array)"
+                        r"\b|\[\s*\]|\{\s*\})|^\w+(\.\w+)*\s*(\?\?=|=|\+\+|--)|^globalThis\b",
+                        re.M)
+
+
+def test_no_page_module_keeps_state_of_its_own():
+    """The page's mutable state is one object per document (pagestate.js): no module declares
+    a top-level `let`/`var`, a container or an assignment, and only pagestate.js names the
+    document's state."""
+    found = []
+    for f in sorted(STATIC.glob("*.js")):
+        if f.name == BOOTSTRAP:
+            continue
+        text = f.read_text()
+        found += [f"{f.name}: {m.group(0).strip()}" for m in _TOP_STATE.finditer(text)]
+        found += [f"{f.name}: globalThis" for _ in re.finditer(r"\bglobalThis\b", text)]
+        if f.name != "pagestate.js" and "__daLabPage" in text:
+            found.append(f"{f.name}: names the page state directly (use pageState())")
+    assert not found, found
+    # and the check sees what it looks for
+    assert _TOP_STATE.search("let tip = null;") and _TOP_STATE.search("const X = new Map();")
+    assert not _TOP_STATE.search("const KINDS = { 1: A };")

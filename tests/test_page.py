@@ -73,7 +73,12 @@ def test_every_step_draws_its_records_values(shipped, browser):
                 CACHED if cached else FREE)
             assert cells[p] == want, f"step {rec.step}: physical block {p}"
         if h is None or not h.hooked:
-            assert d["blocks_read"] == "blocks read: –"
+            # ...and why: not run yet, finished (its last step), or not scheduled this step
+            ran = [x.step for x in tr.records if (q := x.request(da_id)) is not None and q.hooked]
+            why = (f"{da_id} has not run yet" if not ran or rec.step < ran[0] else
+                   f"{da_id} has finished (its last step was step {ran[-1]})"
+                   if rec.step > ran[-1] else f"{da_id} was not scheduled this step")
+            assert d["blocks_read"] == f"blocks read: – ({why})"
             continue
         kept = set(h.kept.tolist())
         staged, total = h.staged_row.tolist(), h.blocks_total
@@ -85,6 +90,15 @@ def test_every_step_draws_its_records_values(shipped, browser):
         kernel = [s2["kernel"][j] for j in sorted(s2["kernel"])]
         assert [p for _, p in kernel] == h.read_row.tolist() + hidden
         assert [f == MASKED for f, _ in kernel] == [False] * len(h.read_row) + [True] * len(hidden)
+        # A hybrid model's other groups: one row each, its ids as vLLM built them, the blocks
+        # its kernel reads (a sliding window's last ones) in colour, the rest greyed.
+        groups = [k for k in s2 if k.startswith("group")]
+        assert len(groups) == len(h.groups or ())
+        for k, g in enumerate(h.groups or ()):
+            row = s2[f"group{k}"]
+            read = set(g.read_blocks(h.seq_len).tolist())
+            assert [row[j][1] for j in sorted(row)] == g.row[:len(row)].tolist()
+            assert {j for j in row if row[j][0] != MASKED} == read, f"step {rec.step} group {k}"
         fill = h.seq_len - (total - 1) * bs
         assert d["fill"] == f"{fill}/{bs}"
         held = per_block(d["d4"]["held"])
@@ -148,7 +162,7 @@ def test_the_player_plays_every_step_scrubs_steps_by_key_and_pulses(name, browse
     box = rect.bounding_box()
     page.mouse.move(box["x"] + 1, box["y"] + box["height"] / 2)
     # the block under the mouse (a 2,042-block row has a third of a pixel per block)
-    p = page.evaluate("[...globalThis.__daLabHubs.values()].find((h) => h.block !== null).block")
+    p = page.evaluate("[...document.__daLabPage.hubs.values()].find((h) => h.block !== null).block")
     assert p in tr.records[n // 2].requests[0].staged_row.tolist()
     assert f"block {p}:" in page.inner_text('[data-da-diagram="2"] .da-highlight')
     assert page.locator('[data-da-diagram="2"] .da-pulse').count() >= 3   # b, b', grid...

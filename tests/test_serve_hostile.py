@@ -86,10 +86,10 @@ def tokens_of(line: str) -> tuple[list[int], bool]:
 # runs (stock vLLM 0.32 too, before it even logs the request: docs/serving.md), so a second
 # request can't be made to reach the edge while the first one runs. Each round sends it once
 # the first one streams; a round that overlapped must be refused, a round that didn't must be
-# served as the newest request on its own. Rounds stop at the first overlap. The refusal
-# itself is also tested without timing: the edge (test_serve_units) and the engine
-# (test_validation) on their own.
-ROUNDS = 3
+# served as the newest request on its own. Rounds stop at the first overlap, and one must
+# overlap: the test's title is the refusal. The refusal itself is also tested without timing:
+# the edge (test_serve_units) and the engine (test_validation) on their own.
+ROUNDS = 6
 
 
 def test_a_reused_da_id_is_a_400_and_never_touches_the_running_request(server, client, lab):
@@ -101,6 +101,7 @@ def test_a_reused_da_id_is_a_400_and_never_touches_the_running_request(server, c
     body = {"model": client.model, "prompt": seed.token_ids, "max_tokens": n,
             "temperature": 0, "ignore_eos": True, "return_token_ids": True,
             "vllm_xargs": xargs(seed, da_id="taken")}
+    overlapped = 0
     for _ in range(ROUNDS):
         got, ended, answer = [], [], []
 
@@ -136,12 +137,14 @@ def test_a_reused_da_id_is_a_400_and_never_touches_the_running_request(server, c
             # vLLM aborted it then.
             assert left["mode_switches"] == ["focus", "local", "global"], left
             assert n <= left["steps"] <= long and (left["steps"] == long or not ended), left
+            overlapped += 1
             break
         # Served: the first request had ended on the server (its id was free). The client may
         # still be reading the first stream's buffered tail, so it is read to its end: all of
         # it, untouched, and the account is the newest request's alone.
         assert refused.status_code == 200 and ended and len(got) == long, refused.text
         assert left["steps"] == 40 and left["mode_switches"] == ["focus", "local", "global"], left
+    assert overlapped, f"no round of {ROUNDS} overlapped: the refusal was never seen end to end"
     for _ in range(20):       # the edge lets go once vLLM's abort returns: moments after
         r = post(server, "/v1/completions", {**body, "max_tokens": 40})
         if r.status_code == 200:

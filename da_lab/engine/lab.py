@@ -109,6 +109,7 @@ class Lab:
         self.eager = eager
         self.max_model_len = validate.max_model_len(self.model, num_blocks, block_size,
                                                     max_model_len)
+        num_blocks = validate.pool_blocks(self.model, num_blocks, max_model_len)
         t0 = time.perf_counter()
         self.llm = LLM(model=self.model, dtype=dtype, block_size=block_size, seed=seed,
                        enforce_eager=eager, num_gpu_blocks_override=num_blocks,

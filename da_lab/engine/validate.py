@@ -38,6 +38,19 @@ def max_model_len(model: str | Path, num_blocks: int, block_size: int,
     return min(default, limit) if limit is not None else default
 
 
+# A hybrid model's sliding-window and state groups take their blocks from the same pool as its
+# global ones, and vLLM sizes each sliding group for its window plus a prefill chunk: with the
+# plain default of 64 blocks it would hold 288 tokens of da-tiny-hybrid. The Lab gives a hybrid
+# the context its `num_blocks` would hold for a plain model, in a pool this many times larger.
+HYBRID_POOL = 8
+
+
+def pool_blocks(model: str | Path, num_blocks: int, requested_len: int | None) -> int:
+    """The KV blocks to ask vLLM for: `num_blocks`, or for a hybrid model whose context was
+    left to the blocks (`requested_len` None), HYBRID_POOL times as many."""
+    return num_blocks * HYBRID_POOL if requested_len is None and is_hybrid(model) else num_blocks
+
+
 def check_prompt_type(prompt) -> None:
     """A DAPrompt or token ids; text must be encoded first (vLLM's error would come from deep
     inside it)."""

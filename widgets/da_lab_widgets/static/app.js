@@ -3,6 +3,7 @@
 // The same code runs inside anywidget (JupyterLab) and in an exported page, where `model` is a
 // small stand-in over the embedded run (page.js).
 
+import { pageState } from "./pagestate.js";
 import { hub, Run } from "./store.js";
 import { Player } from "./player.js";
 import { SkeletonDiagram } from "./skeleton.js";
@@ -11,7 +12,6 @@ import { PathDiagram } from "./path.js";
 import { HookDiagram } from "./hook.js";
 
 const KINDS = { 1: SkeletonDiagram, 2: BlocksDiagram, 3: PathDiagram, 4: HookDiagram };
-const SESSIONS = (globalThis.__daLabSessions ??= new Map());
 const AT_MS = 300;          // the step on screen reaches the kernel once it rests this long
 
 class Session {
@@ -76,8 +76,9 @@ class Session {
 
 export function session(model) {
   const uid = model.get("_uid");
-  let s = SESSIONS.get(uid);
-  if (!s) { s = new Session(model); SESSIONS.set(uid, s); }
+  const sessions = pageState().sessions;
+  let s = sessions.get(uid);
+  if (!s) { s = new Session(model); sessions.set(uid, s); }
   return s;
 }
 

@@ -52,6 +52,12 @@ export class BlocksDiagram extends Diagram {
         : "commit(): host → device copy"],
       ["kernel", "(c) kernel row", "as the builder read it: kept first"],
     ];
+    // A hybrid model's other KV-cache groups (sliding window, recurrent state): their rows as
+    // vLLM built them, the blocks the kernel reads in colour (core/group_rows.py).
+    (this.groups || []).forEach((g, k) => rows.push(
+      [`group${k}`, `(e${k + 1}) group ${g.group}: ${KIND_NAMES[g.kind] || g.kind}`,
+       g.window ? `reads its last ${g.window} tokens; DA leaves it as built`
+         : "read as vLLM builds it; DA leaves it as built"]));
     this.strips = {};
     this.rowLabels = {};
     rows.forEach(([key, title, sub], k) => {
@@ -116,6 +122,10 @@ export class BlocksDiagram extends Diagram {
     if (!this.view || this.view.req !== this.req) this.view = new RequestView(run, this.req);
     const v = this.view, hh = run.request(i, this.req);
     this.h = hh;
+    if (hh && hh.groups && !sameGroups(hh.groups, this.groups)) {
+      this.groups = hh.groups.map(({ group, kind, window }) => ({ group, kind, window }));
+      this.layout(this.width);       // a row per group, from the first step that shows them
+    }
     const prevH = i > 0 ? run.request(i - 1, this.req) : null;
     const staged = hh && hh.staged_row ? hh.staged_row : new Int32Array(0);
     const before = new Set(prevH && prevH.staged_row ? prevH.staged_row : []);
@@ -177,7 +187,27 @@ export class BlocksDiagram extends Diagram {
       this.strips.kernel.draw(order, slots, { dt });
       this.order = order;
     }
+    // the window moves within a block row that did not change: drawn every step (few blocks)
+    (hh.groups || []).forEach((g, k) => this._groupRow(k, g, hh.seq_len, slots, dt));
     this._lastBlock(total - 1, fill, bs, slots, dt);
+  }
+
+  // One other group's row: the blocks holding its last `window` tokens read (a sliding
+  // window), or all of them (a state group); older ids vLLM left in the row greyed.
+  _groupRow(k, g, seqLen, slots, dt) {
+    const st = this.strips[`group${k}`];
+    if (!st) return;
+    const bs = g.block_size, n = bs ? Math.min(g.row.length, Math.ceil(seqLen / bs)) : g.row.length;
+    const first = g.window && bs ? Math.floor(Math.max(0, seqLen - g.window) / bs) : 0;
+    const blocks = [];
+    for (let j = 0; j < n; j++) {
+      const read = j >= first, col = read ? this.view.color(Math.min(j, slots - 1)) : MASKED;
+      blocks.push({ fill: col, ink: read ? ink(col) : "#666", id: g.row[j], lb: j, read,
+                    group: g.group });
+    }
+    st.draw(blocks, slots, { dt });
+    const base = this.rowLabels[`group${k}`].textContent.split(" ·")[0];
+    this.rowLabels[`group${k}`].textContent = `${base} · reads ${n - first} of ${n}`;
   }
 
   // the rows' counts beside their names (none when the request has no row this step)
@@ -291,6 +321,10 @@ export class BlocksDiagram extends Diagram {
     if (key === "logical") return `logical ${j} (${reg(j)}) → physical ${b.id}`;
     if (key === "staged") return `staged[${j}] = physical ${b.id} (logical ${j}, ${reg(j)})`;
     if (key === "device") return `committed row[${j}] = physical ${b.id} (commit() of the staged row)`;
+    if (key.startsWith("group")) {
+      return `group ${b.group} row[${j}] = physical ${b.id}: `
+        + (b.read ? "read (DA never masks this group)" : "outside the window, not read");
+    }
     return `kernel row ${j}: physical ${b.id} (logical ${b.lb ?? "–"}, ${reg(b.lb)}): `
       + (b.read ? "read" : "hidden, not read");
   }
@@ -298,6 +332,14 @@ export class BlocksDiagram extends Diagram {
 }
 
 // the rows are redrawn only when their blocks change (a new block, a mode switch)
+const KIND_NAMES = { sliding: "sliding window", chunked: "chunked local attention",
+                     state: "recurrent state" };
+
+function sameGroups(a, b) {
+  return !!b && a.length === b.length
+    && a.every((g, k) => g.group === b[k].group && g.kind === b[k].kind && g.window === b[k].window);
+}
+
 function sameRows(a, b) {
   if (!b || a.req !== b.req || a.total !== b.total || a.slots !== b.slots) return false;
   return same(a.staged, b.staged) && same(a.read, b.read) && same(a.kept, b.kept)

@@ -2,6 +2,8 @@
 // the tooltip every diagram shares, and the animation clock (a step's animations last a part of
 // the step's time, and none while scrubbing).
 
+import { pageState } from "./pagestate.js";
+
 export const SVGNS = "http://www.w3.org/2000/svg";
 export const FONT = 12;                     // body text; nothing on screen is under 11 px
 export const SMALL = 11;
@@ -30,17 +32,15 @@ export function esc(t) {
                                                          '"': "&quot;" })[c]);
 }
 
-let ctx2d = null;
-const widths = new Map();
 export function textWidth(t, size = FONT, weight = "normal", family = FAMILY) {
-  const key = `${weight}|${size}|${family}|${t}`;
-  let w = widths.get(key);
+  const page = pageState(), key = `${weight}|${size}|${family}|${t}`;
+  let w = page.widths.get(key);
   if (w === undefined) {
-    ctx2d ??= document.createElement("canvas").getContext("2d");
-    ctx2d.font = `${weight} ${size}px ${family}`;
-    w = ctx2d.measureText(t).width;
-    if (widths.size > 20000) widths.clear();
-    widths.set(key, w);
+    page.ctx2d ??= document.createElement("canvas").getContext("2d");
+    page.ctx2d.font = `${weight} ${size}px ${family}`;
+    w = page.ctx2d.measureText(t).width;
+    if (page.widths.size > 20000) page.widths.clear();
+    page.widths.set(key, w);
   }
   return w;
 }
@@ -74,9 +74,10 @@ export function lines(parent, x, y, list, attrs = {}, lh = 15) {
 }
 
 // ---- the tooltip: one per page, follows the mouse, gone when the mouse leaves -------------
-let tip = null;
 export function showTip(ev, text) {
-  if (!tip) tip = h("div", { class: "da-tip" }, document.body);
+  const page = pageState();
+  page.tip ??= h("div", { class: "da-tip" }, document.body);
+  const tip = page.tip;
   tip.textContent = text;
   tip.style.display = "block";
   const x = Math.min(ev.clientX + 14, window.innerWidth - tip.offsetWidth - 8);
@@ -85,7 +86,7 @@ export function showTip(ev, text) {
   tip.style.left = `${Math.max(4, x)}px`;
   tip.style.top = `${Math.max(4, y)}px`;
 }
-export function hideTip() { if (tip) tip.style.display = "none"; }
+export function hideTip() { const tip = pageState().tip; if (tip) tip.style.display = "none"; }
 
 // ---- animations: Web Animations on SVG/HTML elements, `dt` ms (0: none, e.g. scrubbing) -----
 export function animate(e, frames, dt, opts = {}) {

@@ -2,6 +2,8 @@
 // region of each logical block, from the DA layout its `added` entry carries: core/layout.py's
 // region_of), owner colours for the physical cache, and the ink that reads on a colour.
 
+import { pageState } from "./pagestate.js";
+
 export const SCAFFOLD = "#e09f3e";    // scaffold head, incl. the attention sink (block 0)
 export const TAIL = "#f2c57c";        // scaffold tail: the question (always kept, like the head)
 export const RESPONSE = "#2a9d8f";
@@ -36,10 +38,10 @@ export function chunkColors(n) {
   return out;
 }
 
-const INKS = new Map();
 export function ink(color) {
-  let out = INKS.get(color);
-  if (out === undefined) { out = inkOf(color); INKS.set(color, out); }
+  const inks = pageState().inks;
+  let out = inks.get(color);
+  if (out === undefined) { out = inkOf(color); inks.set(color, out); }
   return out;
 }
 

@@ -3,6 +3,8 @@
 // a request's derived numbers, the physical KV map after any step, one request's series.
 // Steps are only appended; stepping back, scrubbing and replay read what is here.
 
+import { pageState } from "./pagestate.js";
+
 const DEC = new TextDecoder();
 
 function runsOut(data, at, n) {
@@ -287,10 +289,9 @@ export class Series {
 
 // ---- cross-diagram hover: one hovered physical block per group, for every diagram on the page
 // (a group is a Highlight's key: the diagrams of one player, or of players that share it).
-const HUBS = (globalThis.__daLabHubs ??= new Map());
-
 export function hub(key) {
-  let h = HUBS.get(key);
+  const hubs = pageState().hubs;
+  let h = hubs.get(key);
   if (!h) {
     h = { block: null, source: "", listeners: new Set(),
           set(block, source = "") {
@@ -299,7 +300,7 @@ export function hub(key) {
             for (const fn of this.listeners) fn(block, source);
           },
           on(fn) { this.listeners.add(fn); return () => this.listeners.delete(fn); } };
-    HUBS.set(key, h);
+    hubs.set(key, h);
   }
   return h;
 }
