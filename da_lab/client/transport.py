@@ -91,6 +91,10 @@ class Transport:
         except httpx.TimeoutException:
             self._left(time.monotonic() - 1, path)       # raises: said as the time limit
             raise
+        except httpx.ConnectError as e:        # nothing listens there: say that first
+            raise ServerError(f"no server answers at {self.root} ({path}: "
+                              f"{one_line(e) or 'connection failed'}); is a DA server running "
+                              "there?") from None
         except httpx.HTTPError as e:
             raise ServerError(f"{path}: {type(e).__name__}: {one_line(e) or 'no answer'} "
                               f"(is a DA server running at {self.root}?)") from None
