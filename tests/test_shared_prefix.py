@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from da_lab.checks import logprob_verdict as lv
 from da_lab.checks import shared_prefix
 from da_lab.checks.oracle import check
 from da_lab.checks.shared_prefix import READERS, corpus_blocks, sharing
@@ -183,6 +184,6 @@ def test_gpu_run_drives_and_scores_the_shared_prefix_scenario(lab, tiny_model, m
     sp = facts["shared_prefix"]
     assert sp["passed"] and sp["focus_steps"] >= 4 * 20, sp
     assert all(c == 25 * lab.block_size for c in list(sp["cached_tokens"].values())[1:]), sp
-    gpu_tests.references(tiny_model, prompt, reqs, "cpu")
+    lv.references(tiny_model, prompt, reqs, "cpu", gpu_tests.REFERENCES)
     v = score({"runner": "v1", "runner_ran": "v1", "requests": reqs}, 0.25)
     assert v["passed"] and v["mismatches"] == 0 and v["tokens_compared"] >= 30, v

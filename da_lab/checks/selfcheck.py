@@ -158,10 +158,11 @@ def _references(path: str, prompt, reqs: dict, device: str) -> None:
     """The masked (and unmasked) float32 replays; on a GPU also the bfloat16 one the tie-aware
     verdict reads (checks/gpu_tests.py)."""
     from da_lab.checks import gpu_tests
+    from da_lab.checks import logprob_verdict as lv
     from da_lab.checks.oracle import check, load_reference
 
     if device != "cpu":
-        return gpu_tests.references(path, prompt, reqs, device)
+        return lv.references(path, prompt, reqs, device, gpu_tests.REFERENCES)
     ref = load_reference(path)
     for name, r in reqs.items():
         res = check(ref, prompt[name].token_ids, r["tokens"], r["history"],
