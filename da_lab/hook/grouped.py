@@ -45,10 +45,14 @@ ENV_FIXED_US = "DA_LAB_GROUPED_FIXED_US"   # override the per-layer fixed cost (
 # DA_LAB_GROUPED_CHECK=1: every grouped layer also runs the plain path into a scratch output and
 # the step's account keeps the largest difference (`check_max_abs`): a check, not a speed mode.
 ENV_CHECK = "DA_LAB_GROUPED_CHECK"
-# The GPU's fixed cost per layer: the extra kernels of the grouped path (the group pass and its
-# split combine, the query gather, the LSE pad, three per merge slot, the gathers and scatter of
-# the merge: 16 for rows in 3 groups) at ~3 us each, counted in the bytes HBM moves meanwhile.
-LAUNCHES, LAUNCH_US = 16, 3.0
+# The GPU's fixed cost per layer, counted in the bytes HBM moves meanwhile. Designed as the
+# grouped path's ~16 extra kernels at ~3 us each (48 us); measured on an H100 (2026-12-07,
+# bench/results/bench-shared-grouped-64k-b16-b32-h100-2026-12-07.json): grouped steps took
+# 24.0 ms (32 x 64k) and 29.4 ms (16 x 64k) more than plain FOCUS outside the attention
+# kernels, over 32 layers 750-920 us a layer: the eager launches are host-bound, and PIECEWISE
+# graphs run attention eagerly. With the measured cost the rule keeps the plain path at every
+# shape measured (64 x 64k saves ~390 us of reads a layer on an H200), as it should.
+FIXED_US_GPU = 750.0
 HBM_BYTES_PER_US = {"H200": 4.8e6, "H100": 3.35e6}
 
 
@@ -102,7 +106,7 @@ def _cost(spec, vc) -> grouping.Cost:
     if torch.cuda.is_available():
         gpu = torch.cuda.get_device_name()
         per_us = next((v for k, v in HBM_BYTES_PER_US.items() if k in gpu), 3.35e6)
-        fixed_us = LAUNCHES * LAUNCH_US
+        fixed_us = FIXED_US_GPU
     if os.environ.get(ENV_FIXED_US):
         fixed_us = float(os.environ[ENV_FIXED_US])
     return grouping.Cost.for_model(

@@ -39,6 +39,14 @@ def _special(vocab: dict) -> dict:
             "pad_token_id": vocab["<pad>"]}
 
 
+# transformers 5.17+ (the GPU machine's) marks a Gemma 4 config heterogeneous (its global layers'
+# head_dim and KV heads differ) and refuses `config.head_dim`, which vLLM 0.26 reads to size
+# the model ("AmbiguousGlobalPerLayerAttributeError", bench/results/
+# bench-hybrid-gemma4-h100-2026-12-07-probe.json). vLLM takes the global layers' sizes from
+# global_head_dim / num_global_key_value_heads (engine_kwargs), so the global value is right.
+ALLOW_GLOBAL = {"allow_global_per_layer_attribute_access": True}
+
+
 def gemma4_config() -> dict:
     vocab = tokenizer_json()["model"]["vocab"]
     return {"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text",
@@ -50,7 +58,8 @@ def gemma4_config() -> dict:
             "hidden_activation": "gelu_pytorch_tanh", "hidden_size_per_layer_input": 0,
             "vocab_size_per_layer_input": len(vocab), "num_kv_shared_layers": 0,
             "max_position_embeddings": 16384, "rms_norm_eps": 1e-6,
-            "tie_word_embeddings": True, "torch_dtype": "bfloat16", **_special(vocab)}
+            "tie_word_embeddings": True, "torch_dtype": "bfloat16", **ALLOW_GLOBAL,
+            **_special(vocab)}
 
 
 def qwen35_config() -> dict:
@@ -203,7 +212,7 @@ GEMMA4_31B_TEXT = {
     "rope_parameters": {"full_attention": {"rope_type": "proportional", "rope_theta": 1e6,
                                            "partial_rotary_factor": 0.25},
                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},  # G
-    "torch_dtype": "bfloat16",
+    "torch_dtype": "bfloat16", **ALLOW_GLOBAL,
 }
 QWEN36_27B_TEXT = {
     "model_type": "qwen3_5_text",
