@@ -233,11 +233,16 @@ def _leak(answer: str) -> re.Pattern | None:
     return None
 
 
+# A cell that prints rows of a committed eval file (lesson 06's ablation rows, its tables).
+COMMITTED = re.compile(r"nl_demo\.(?:load_doc|eval_summary)\(")
+
+
 def no_answer_before_its_guess(name: str, before: list[dict | None], answers: list[dict]):
     """Every cell's printed text after Run All (`before`: cells(page) then, no guess made)
     against every guess's answer: no cell but the guess's own may print it (06's "its own tag :
     <focus C6>" after Run All, issue 56). The eval tables of other prompts are not about the
-    reader's question: a cell before the one that shows the guess's player is not read."""
+    reader's question: a cell before the one that shows the guess's player is not read, nor a
+    cell that prints a committed eval's rows (COMMITTED: other prompts' tags and replies)."""
     for a in answers:
         pat = _leak(a["answer"])
         if pat is None:
@@ -245,7 +250,8 @@ def no_answer_before_its_guess(name: str, before: list[dict | None], answers: li
         first = max((j for j, c in enumerate(before[:a["cell"]]) if c and c["widget"]),
                     default=0)
         for j, c in enumerate(before):
-            if j < first or not c or j == a["cell"] or PREDICT.search(c["source"]):
+            if j < first or not c or j == a["cell"] or PREDICT.search(c["source"]) \
+                    or COMMITTED.search(c["source"]):
                 continue
             hit = next((x for x in c["text"].splitlines() if pat.search(x)), None)
             assert hit is None, (f"{name}: cell {j} prints the answer of the guess in cell "

@@ -1,6 +1,7 @@
 """Models and setups the hook can't serve are refused with a message naming the reason."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -139,8 +140,9 @@ def test_an_engine_nobody_asked_for_da_runs_with_the_plugin_installed(tiny_model
     script = tmp_path / "hooked.py"
     script.write_text(HOOKED + "out = llm.generate([{'prompt_token_ids': [5, 6, 7]}])\n"
                                "print('GENERATED', len(out[0].outputs[0].token_ids))\n")
+    # vLLM's default log level (a Lab started earlier in this process sets ERROR for its own)
     out = subprocess.run([sys.executable, str(script), str(model)], capture_output=True,
-                         text=True, timeout=600)
+                         text=True, timeout=600, env=dict(os.environ, VLLM_LOGGING_LEVEL="INFO"))
     assert out.returncode == 0, out.stderr[-2000:]
     assert "GENERATED" in out.stdout
     log = out.stdout + out.stderr

@@ -77,7 +77,18 @@ from da_lab_widgets import BlocksDiagram, DAHookDiagram, Highlight, Player
 from da_lab_widgets import TraceSource
 from da_lab_widgets.metadata_path import MetadataPathDiagram
 
-source = TraceSource(TRACE, follow=True)
+# The worker's trace writer (a process of its own) appends a moment after the replies end:
+# wait until the trace holds the three requests (a minute at most).
+asked = {r.request_id for r in replies}
+for _ in range(120):
+    if TRACE.exists():
+        source = TraceSource(TRACE, follow=True)
+        if asked <= {q.req for rec in source.records for q in rec.requests if q.hooked}:
+            break
+    time.sleep(0.5)
+else:
+    raise RuntimeError(f"the server's trace {TRACE} does not hold the requests {sorted(asked)}; "
+                       f"its log: {LOG.read_text()[-2000:]}")
 # One request through every diagram: the one the server ran the most steps of.
 ran = Counter(q.req for rec in source.records for q in rec.requests if q.hooked)
 da_id = ran.most_common(1)[0][0]

@@ -28,9 +28,12 @@ export class Player {
     root.tabIndex = 0;
     const controls = h("div", { class: "da-controls" }, root);
     this._controls(controls);
-    // their height (one row, or two on a narrow screen) is where a diagram scrolled to lands
-    this.sized = new ResizeObserver(() => root.style.setProperty(
-      "--da-controls-h", `${Math.ceil(controls.getBoundingClientRect().height)}px`));
+    // their height (one row, or two on a narrow screen) is where a diagram scrolled to lands;
+    // 0 while JupyterLab has the output detached (a windowed notebook): kept as it was then
+    this.sized = new ResizeObserver(() => {
+      const px = Math.ceil(controls.getBoundingClientRect().height);
+      if (px > 0) root.style.setProperty("--da-controls-h", `${px}px`);
+    });
     this.sized.observe(controls);
     this.noteEl = h("div", { class: "da-player-note" }, root);
     this.board = h("div", { class: "da-diagrams" }, root);
