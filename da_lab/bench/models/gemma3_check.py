@@ -14,8 +14,8 @@ group per attention kind and layer count: the hybrid model's shape the DA hook m
 55), the engine's start time, and the per-token decode time of one request on this CPU (the
 median engine step after the prefill), with the 1-minute load average at start and end.
 
-VLLM_PLUGINS=none: until the hook masks hybrid models (issue 55) it refuses a model with
-sliding-window layers, so the engine runs without it here.
+VLLM_PLUGINS=none: stock vLLM, no plugin (the check of the folder itself; DA on it is
+bench/models/gemma3_da_oracle.py).
 """
 
 from __future__ import annotations
@@ -122,8 +122,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     if os.environ.get("VLLM_PLUGINS") != "none":
-        print("gemma3_check: run with VLLM_PLUGINS=none (the hook refuses sliding-window "
-              "layers until issue 55)", file=sys.stderr)
+        print("gemma3_check: run with VLLM_PLUGINS=none (stock vLLM: the folder's own check; "
+              "DA on it is da_lab.bench.models.gemma3_da_oracle)", file=sys.stderr)
         return 2
     from da_lab.models.tiny import model_path
 

@@ -7,8 +7,8 @@ finds the model's folder in the cache (`model_path`) and starts the engine the w
 
 Two ways to start: `lab` is the cell itself (`one_lab(model_path(name), num_blocks=160)`: the
 DA hook loaded as vLLM's plugin), `plain` is vLLM alone with the same arguments
-(VLLM_PLUGINS=none), the only way a hybrid model (Gemma 3) starts until the hook masks its
-global layers (issue 55; the hook refuses sliding-window layers). Each start runs in its own
+(VLLM_PLUGINS=none); a hybrid model (Gemma 3) runs both since the hook masks its global
+layers (issue 55; before, the hook refused sliding-window layers). Each start runs in its own
 process, the models taken in turn, with the 1-minute load average at its start and end (the
 2 cores are shared: the load says how busy they were).
 """
@@ -67,8 +67,7 @@ def main(argv=None) -> int:
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="smollm2-da,gemma3")
     ap.add_argument("--modes", default="lab,plain",
-                    help="lab (the cell, with the hook) and/or plain (vLLM alone); a hybrid "
-                         "model runs plain only until issue 55")
+                    help="lab (the cell, with the hook) and/or plain (vLLM alone)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out", default=None)
     ap.add_argument("--child", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
@@ -80,8 +79,6 @@ def main(argv=None) -> int:
     for _ in range(args.repeats):
         for model in args.models.split(","):
             for mode in args.modes.split(","):
-                if mode == "lab" and model.startswith("gemma3"):
-                    continue                   # refused by the hook until issue 55
                 env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0",
                            HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
                 if mode == "plain":
