@@ -291,17 +291,24 @@ SHOWN_JS = """async ([p, d]) => {
     const player = document.querySelectorAll('[data-da-player]')[p];
     const dia = player.querySelectorAll('[data-da-diagram]')[d];
     const frame = () => new Promise(r => requestAnimationFrame(() => r()));
-    dia.scrollIntoView({block: 'start'});
-    let top = null;
-    for (let k = 0; k < 600; k++) {
-        await frame();
-        const r = dia.getBoundingClientRect().top;
-        const drawn = dia.dataset.daShows === player.dataset.daStep
-            || Number(player.dataset.daStep) < 0;
-        if (drawn && top !== null && Math.abs(r - top) < 0.5) return true;
-        top = r;
+    // Scrolled to, then drawn and still for 10 frames; again while the page moved it after
+    // the scroll (a resize reflows the cells above it: diagrams re-fit their new width).
+    for (let attempt = 0; attempt < 4; attempt++) {
+        dia.scrollIntoView({block: 'start'});
+        const landed = dia.getBoundingClientRect().top;
+        let top = null, still = 0;
+        for (let k = 0; k < 600 && still < 10; k++) {
+            await frame();
+            const r = dia.getBoundingClientRect().top;
+            const drawn = dia.dataset.daShows === player.dataset.daStep
+                || Number(player.dataset.daStep) < 0;
+            still = drawn && top !== null && Math.abs(r - top) < 0.5 ? still + 1 : 0;
+            top = r;
+        }
+        if (still < 10) return false;
+        if (Math.abs(top - landed) < 0.5) return true;
     }
-    return false; }"""
+    return true; }"""
 
 
 def show_diagram(page, p: int, d: int) -> None:

@@ -19,7 +19,8 @@ The last copied version of each notebook is kept in `<work>/.da_lab/origin/` to 
 The settings: `<work>/.da_lab/config/labconfig/page_config.json` disables JupyterLab's
 news/update plugin (its "get notified about Jupyter news?" toast covers the diagrams), and
 `lab-settings/overrides.json` there (named by `jupyter_server_config.json` beside it) turns on
-"save widget state" so a saved lesson reopens with its players drawn, and the server's
+"save widget state" so a saved lesson reopens with its players drawn, and lays every cell out
+as it is (windowingMode "none": a diagram scrolled to stays put), and the server's
 pre-save hook (da_lab_widgets/saved_state.py) keeps that state through a kernel restart and a
 later save; `make lab` puts that folder
 on JUPYTER_CONFIG_PATH, so the learner's own Jupyter settings stay untouched.
@@ -36,6 +37,7 @@ from pathlib import Path
 
 ANNOUNCEMENTS = "@jupyterlab/apputils-extension:announcements"
 WIDGETS = "@jupyter-widgets/jupyterlab-manager:plugin"
+NOTEBOOK = "@jupyterlab/notebook-extension:tracker"
 SAVE_HOOK = "da_lab_widgets.saved_state.pre_save"
 
 
@@ -74,7 +76,12 @@ def write_settings(work: Path) -> Path:
     path = config_dir(work) / "labconfig" / "page_config.json"
     _write(path, {"disabledExtensions": {ANNOUNCEMENTS: True}})
     settings = (config_dir(work) / "lab-settings").resolve()
-    _write(settings / "overrides.json", {WIDGETS: {"saveState": True}})
+    # windowingMode "none": every cell laid out as it is, so a diagram scrolled to stays where
+    # it landed (JupyterLab's default sizes cells out of view by estimate and corrects them as
+    # they come into view, moving a player's diagram under its sticky controls); the lessons
+    # are short enough not to need the windowing
+    _write(settings / "overrides.json", {WIDGETS: {"saveState": True},
+                                         NOTEBOOK: {"windowingMode": "none"}})
     # every save keeps the players' saved widget state through a kernel restart, or leaves
     # their placeholder where none is left (da_lab_widgets/saved_state.py)
     _write(config_dir(work) / "jupyter_server_config.json",

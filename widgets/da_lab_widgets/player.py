@@ -216,7 +216,7 @@ class Player:
         kind = content.get("type") if isinstance(content, dict) else None
         try:
             if kind == "hello":      # a new view: the steps it lacks, and where we are
-                self.send(int(content.get("have", 0)), full=True, go=self.i)
+                self.send(int(content.get("have", 0)), full=True, go=self.i, hello=True)
             elif kind == "need":     # ▶ at the last step of a live run
                 have = int(content.get("have", 0))
                 if have == len(self.source.records) and self.source.live:

@@ -46,10 +46,14 @@ class Session {
       if (got === "gap") this.send({ type: "hello", have: this.run.length });
     }
     if (this.pending >= 0 && (this.run.length > this.pending || msg.none)) this._asking(-1);
-    const { type, go, ...state } = msg;
+    if (msg.hello) this.greeted = true;    // the kernel answered this view's hello
+    const { type, go, hello, ...state } = msg;
     Object.assign(this.state, state);
     for (const fn of this.listeners) fn(this.state, msg);
-    if (go !== undefined && go !== null) for (const p of this.players) p.goto(go);
+    if (go !== undefined && go !== null) {
+      this.state.go = go;        // a view made after this message starts there (Player)
+      for (const p of this.players) p.goto(go);
+    }
   }
 
   // the next step of a live run (at most one ask in flight)
@@ -65,10 +69,14 @@ class Session {
     for (const p of this.players) p.root.toggleAttribute("data-da-asking", n >= 0);
   }
 
-  at(i) {     // the step on screen, for the kernel's `player.i`, once it rests (not per frame)
+  // The step on screen, for the kernel's `player.i`, once it rests (not per frame); never
+  // before the kernel answered this view's hello (a reloaded page draws step 0 first, and
+  // would tell the kernel so before it has heard where the player is).
+  at(i) {
     this.atI = i;
     clearTimeout(this.atTimer);
     this.atTimer = setTimeout(() => {
+      if (!this.greeted && this.cfg.kernel) return;
       if (this.atI !== this.sentAt) { this.sentAt = this.atI; this.send({ type: "at", i: this.atI }); }
     }, AT_MS);
   }
