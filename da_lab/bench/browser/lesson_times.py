@@ -107,8 +107,10 @@ def time_lesson(page, url: str, token: str, name: str, k: int, limit_s: float) -
         if st["player"]:
             got.setdefault("player_ready_s", t)
         if st["all"] and st["idle"]:
-            got["run_all_s"] = t
-            break
+            got.setdefault("run_all_s", t)
+            # the player draws after its cell has run: wait for it (a minute at most)
+            if "player_ready_s" in got or t > got["run_all_s"] + 60:
+                break
         if t > limit_s:
             got["gave_up_at_s"] = t
             break
