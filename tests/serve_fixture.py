@@ -4,6 +4,7 @@ stopped (with vLLM's engine processes) when the test module ends."""
 from __future__ import annotations
 
 import os
+import time
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -35,3 +36,13 @@ class Server(ServerProcess):
         path = [str(ROOT), _plugin_overlay(tmp), run_env.get("PYTHONPATH")]
         run_env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
         super().__init__(tmp / "server.log", args, run_env, cwd=tmp, timeout=START_TIMEOUT_S)
+
+    def written_trace(self, send) -> Path:
+        """The server's trace file, once it exists: the worker writes it at its first DA step,
+        so when no DA request ran yet `send()` runs one (30 s at most for the file)."""
+        if not self.trace.exists():
+            send()
+            deadline = time.monotonic() + 30
+            while not self.trace.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        return self.trace

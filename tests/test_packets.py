@@ -34,6 +34,9 @@ DECODED = """() => daLab.session.run.steps.map((r) => {
         if (h[k]) o[k] = arr(h[k]);
       }
       if (h.built_seq_len !== null) o.built_seq_len = h.built_seq_len;
+      if (h.groups) o.groups = h.groups.map((g) => ({ group: g.group, kind: g.kind,
+        block_size: g.block_size, row: arr(g.row),
+        ...(g.window === null ? {} : { window: g.window }) }));
     }
     if (h.new_token_ids !== null) Object.assign(o, { new_token_ids: h.new_token_ids,
       new_text: h.new_text, finished: h.finished });

@@ -15,6 +15,7 @@ import httpx
 import pytest
 from serve_fixture import Server
 
+from da_lab.client import DAClient
 from da_lab.core.layout import build_prompt, seed_texts
 from da_lab.core.wire import director_to_wire, layout_to_wire
 
@@ -33,8 +34,6 @@ def server(tmp_path_factory, tiny_model):
 
 @pytest.fixture(scope="module")
 def client(server):
-    from da_lab.client import DAClient
-
     c = DAClient(server.url)
     yield c
     c.close()
@@ -336,19 +335,20 @@ def test_the_papers_protocol_through_the_server(server, client, lab):
 def test_the_server_records_a_trace_a_widget_can_follow(server, client, lab):
     from da_lab_widgets.source import TraceSource
 
-    src = TraceSource(server.trace, follow=True)       # written while the server runs
+    src = TraceSource(server.written_trace(lambda: client.send(
+        lab.seed_prompt(), max_tokens=2, ignore_eos=True)), follow=True)   # read as it grows
     prov = src.header["provenance"]
     assert prov["source"] == "vllm serve" and prov["block_size"] == 32
     assert prov["num_blocks"] > 0 and prov["runner"].endswith("CPUModelRunner")
-    n = len(src.records)
-    seed = lab.seed_prompt()
+    n, seed = len(src.records), lab.seed_prompt()
     r = client.send(seed, tags=[(1, "<focus C4>")], max_tokens=10, ignore_eos=True)
-    deadline = time.monotonic() + 30
-    # One record per step it ran in, and one more with its last token once it ended.
-    while not src.ensure(n + r.stats["steps"]) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60    # its records, the last one (its last token) finished
+    while src.refresh() >= 0 and time.monotonic() < deadline:
+        parts = [q for rec in src.records[n:] if (q := rec.request(r.request_id)) is not None]
+        if parts and parts[-1].finished:
+            break
         time.sleep(0.2)
-    parts = [q for rec in src.records[n:] if (q := rec.request(r.request_id)) is not None]
-    assert [t for q in parts for t in q.new_token_ids or []] == r.token_ids
+    assert [t for q in parts for t in q.new_token_ids or []] == r.token_ids, r.request_id
     assert parts[-1].finished and not parts[-1].hooked
     mine = [q for q in parts if q.hooked]
     assert len(mine) == r.stats["steps"]
