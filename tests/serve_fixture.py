@@ -33,6 +33,10 @@ class Server(ServerProcess):
     def __init__(self, tmp: Path, args: list[str], env: dict | None = None) -> None:
         self.trace = tmp / "server.jsonl.gz"      # DA_LAB_TRACE: the hook's step records
         run_env = dict(os.environ, DA_LAB_TRACE=str(self.trace), **(env or {}))
+        # The server as a user starts it: not the in-process engine mode a Lab started earlier
+        # in this test process set for itself (engine/env.LAB_ENV)
+        if "VLLM_ENABLE_V1_MULTIPROCESSING" not in (env or {}):
+            run_env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
         path = [str(ROOT), _plugin_overlay(tmp), run_env.get("PYTHONPATH")]
         run_env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
         super().__init__(tmp / "server.log", args, run_env, cwd=tmp, timeout=START_TIMEOUT_S)
